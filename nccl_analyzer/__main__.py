@@ -1,0 +1,4 @@
+"""``python -m nccl_analyzer``."""
+from .cli import main
+
+main()

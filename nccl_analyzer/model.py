@@ -1,0 +1,304 @@
+"""Data model shared by every stage: lines, events, job model, findings, diagnosis.
+
+Events are facts (what the log says); findings are interpretations (which rule matched which events).
+Nothing here renders or prints.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEMA = "nccl-analyzer/diagnosis/v1"
+
+ROLES = ("root", "symptom", "cascade")
+
+
+@dataclass(frozen=True, slots=True)
+class Loc:
+    """Where something came from: input path and 1-based line number."""
+
+    path: str
+    line: int
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """One physical line of input after cleaning.
+
+    ``raw`` is the line as it was (decoded, newline/CR, NUL and ANSI escapes removed) and is what
+    evidence quotes. ``text`` is ``raw`` with wrapping prefixes (``[rank3]:``, ``[default0]:``,
+    ``srun --label`` ``3: ``, container timestamps) removed; parsers read ``text``.
+    ``rank``/``local_rank``/``time`` come from those prefixes when present.
+    """
+
+    path: str
+    lineno: int
+    text: str
+    raw: str
+    rank: int | None = None
+    local_rank: int | None = None
+    time: str | None = None
+    truncated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One typed fact read from the log.
+
+    ``kind`` is a dotted name (``nccl.init.start``, ``nccl.warn.socket``, ``torch.watchdog.timeout``,
+    ``python.traceback``, ``text``). ``fields`` holds the kind-specific values (ints parsed as int).
+    ``text`` is the verbatim first line (the ``raw`` of the line the event starts on); multi-line
+    events (tracebacks, ChildFailedError blocks, WARN continuations) keep all their lines in
+    ``fields["lines"]`` and their last line number in ``end_line``.
+    """
+
+    kind: str
+    path: str
+    line: int
+    text: str
+    host: str | None = None
+    pid: int | None = None
+    tid: int | None = None
+    rank: int | None = None
+    cuda_dev: int | None = None
+    time: str | None = None
+    fields: dict[str, Any] = field(default_factory=dict)
+    end_line: int | None = None
+
+    @property
+    def loc(self) -> Loc:
+        return Loc(self.path, self.line)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """A field by name; the common attributes (host, pid, rank, ...) are fields too."""
+        if name in _EVENT_ATTRS:
+            value = getattr(self, name)
+            return default if value is None else value
+        return self.fields.get(name, default)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Flat JSON-ready dict (CONTRACT.md: kind, path, line, host, pid, tid, rank, cuda_dev, time)."""
+        out: dict[str, Any] = {"kind": self.kind, "path": self.path, "line": self.line}
+        for name in ("host", "pid", "tid", "rank", "cuda_dev", "time", "end_line"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        out["text"] = self.text
+        for key, value in self.fields.items():
+            if key not in out:
+                out[key] = value
+        return out
+
+
+_EVENT_ATTRS = frozenset({"kind", "path", "line", "text", "host", "pid", "tid", "rank", "cuda_dev", "time", "end_line"})
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """A quoted log line: CONTRACT.md ``{"path", "line", "text"}``."""
+
+    path: str
+    line: int
+    text: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "line": self.line, "text": self.text}
+
+
+@dataclass(frozen=True, slots=True)
+class Fix:
+    summary: str
+    env: dict[str, str] = field(default_factory=dict)
+    commands: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"summary": self.summary, "env": dict(self.env), "commands": list(self.commands)}
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One rule match: an interpretation of some events."""
+
+    rule: str
+    id: str  # taxonomy id
+    role: str  # root | symptom | cascade
+    title: str
+    severity: str = "error"
+    confidence: float = 0.5
+    ranks: tuple[int, ...] = ()
+    hosts: tuple[str, ...] = ()
+    evidence: tuple[Evidence, ...] = ()
+    explanation: str = ""
+    fix: Fix | None = None
+    time: str | None = None
+    bound: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule,
+            "id": self.id,
+            "role": self.role,
+            "title": self.title,
+            "severity": self.severity,
+            "confidence": round(self.confidence, 3),
+            "ranks": list(self.ranks),
+            "hosts": list(self.hosts),
+            "evidence": [e.to_dict() for e in self.evidence],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RootCause:
+    id: str
+    title: str
+    confidence: float
+    ranks: tuple[int, ...]
+    hosts: tuple[str, ...]
+    evidence: tuple[Evidence, ...]
+    explanation: str
+    fix: Fix
+    rule: str = ""
+    gpus: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "title": self.title,
+            "confidence": round(self.confidence, 3),
+            "ranks": list(self.ranks),
+            "hosts": list(self.hosts),
+            "evidence": [e.to_dict() for e in self.evidence],
+            "explanation": self.explanation,
+            "fix": self.fix.to_dict(),
+            "rule": self.rule,
+        }
+
+
+@dataclass(slots=True)
+class RankInfo:
+    """What the log tells about one rank (mutable while the job model is built)."""
+
+    rank: int
+    host: str | None = None
+    pid: int | None = None
+    local_rank: int | None = None
+    cuda_dev: int | None = None
+    bus_id: str | None = None
+    nccl_version: str | None = None
+    init_state: str = "unknown"  # unknown | started | complete | failed
+    last_collective: dict[str, Any] | None = None
+    first_error: Evidence | None = None
+    first_error_kind: str | None = None
+    exit_code: int | None = None
+    role: str = "healthy"  # culprit | victim | healthy
+    timeline: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"rank": self.rank, "host": self.host, "pid": self.pid, "cuda_dev": self.cuda_dev,
+                               "bus_id": self.bus_id}
+        for name in ("local_rank", "nccl_version", "exit_code"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        out["init_state"] = self.init_state
+        out["role"] = self.role
+        if self.last_collective:
+            out["last_collective"] = self.last_collective
+        if self.first_error:
+            out["first_error"] = self.first_error.to_dict()
+        return out
+
+
+@dataclass(slots=True)
+class JobModel:
+    """The job as reconstructed from events."""
+
+    ranks: dict[int, RankInfo] = field(default_factory=dict)
+    nccl_versions: list[str] = field(default_factory=list)
+    torch_version: str | None = None
+    cuda_driver: str | None = None
+    communicators: dict[str, dict[str, Any]] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    network: dict[str, Any] = field(default_factory=dict)
+    topology: dict[str, Any] = field(default_factory=dict)
+    backend: str | None = None
+    world_size: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "nccl_versions": list(self.nccl_versions),
+            "torch_version": self.torch_version,
+            "cuda_driver": self.cuda_driver,
+            "backend": self.backend,
+            "world_size": self.world_size,
+            "env": dict(sorted(self.env.items())),
+            "network": self.network,
+            "ranks": [self.ranks[r].to_dict() for r in sorted(self.ranks)],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class InputInfo:
+    path: str
+    lines: int
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"path": self.path, "lines": self.lines}
+        if self.warnings:
+            out["warnings"] = list(self.warnings)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Reproduction:
+    outcome: str  # CONFIRMED | NOT REPRODUCED | INCONCLUSIVE
+    reason: str
+    backend: str | None
+    world_size: int | None
+    command: str
+    fix_outcome: str | None = None  # FIXED | NOT FIXED
+    fix_env: dict[str, str] = field(default_factory=dict)
+    got: str | None = None  # the root cause id the reproduction's own output gave
+    output_excerpt: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "outcome": self.outcome,
+            "reason": self.reason,
+            "backend": self.backend,
+            "world_size": self.world_size,
+            "command": self.command,
+            "fix_outcome": self.fix_outcome,
+            "fix_env": dict(self.fix_env),
+            "got": self.got,
+        }
+
+
+@dataclass(slots=True)
+class Diagnosis:
+    """Everything renderers need; no renderer recomputes anything."""
+
+    inputs: list[InputInfo]
+    root_cause: RootCause | None
+    findings: list[Finding]
+    job: JobModel
+    reproduction: Reproduction | None = None
+    cascade: list[Finding] = field(default_factory=list)
+    stats: dict[str, Any] = field(default_factory=dict)  # events per kind, unparsed count, lines
+    warnings: list[str] = field(default_factory=list)
+    events_sample: list[Event] = field(default_factory=list)  # capped; for the HTML events table
+    timeline: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "inputs": [i.to_dict() for i in self.inputs],
+            "root_cause": self.root_cause.to_dict() if self.root_cause else None,
+            "findings": [f.to_dict() for f in self.findings],
+            "reproduction": self.reproduction.to_dict() if self.reproduction else None,
+            "job": self.job.to_dict(),
+            "stats": self.stats,
+            "warnings": list(self.warnings),
+        }

@@ -1,0 +1,231 @@
+"""Inputs -> clean ``Line`` objects: files, directories, globs, .gz, stdin; dirty text; wrapper prefixes."""
+from __future__ import annotations
+
+import glob
+import gzip
+import os
+import re
+import sys
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO, Iterator
+
+from .errors import InputError
+from .model import Line
+
+#: Longest line kept; the rest of a longer line is dropped (and the line marked truncated).
+MAX_LINE = 64 * 1024
+
+# CSI / OSC / single-char escapes, as terminals, `rich`, glog colour and `ls --color` emit them.
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+_CTRL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+# Wrapper prefixes, outermost first. Each may appear once, in this order, before the payload:
+#   2026-11-29T13:53:17.123456789Z   kubectl logs --timestamps / docker logs -t (RFC 3339)
+#   [default3]:                       torchrun --tee / --redirects (role + local rank, no space)
+#   [rank3]:                          torch >= 2.3 excepthook / c10 logger once a default PG exists
+#   "  3: "                           srun --label (rank, right-aligned)
+_CONTAINER_TS = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)) ")
+_ROLE = re.compile(r"\[([A-Za-z_][\w-]*?)(\d+)\]:")
+_RANK = re.compile(r"\[rank(\d+)\]:")
+_SRUN = re.compile(r" {0,4}(\d{1,5}): ")
+_PREFIX_START = frozenset("0123456789[ ")
+
+_LOGDIR_RANK = re.compile(r"attempt_\d+/(\d+)/(?:stdout|stderr)\.log$")
+_RANK_IN_NAME = re.compile(r"(?:^|[._/-])rank[_-]?(\d+)(?:[._/-]|$)")
+
+
+@dataclass(slots=True)
+class Source:
+    """One input stream. ``local_rank`` comes from a torchrun ``--log-dir`` path (attempt_N/<rank>/)."""
+
+    path: str  # as shown to the user; "-" or --stdin-name for standard input
+    real: str | None  # filesystem path, None for stdin
+    local_rank: int | None = None
+    rank: int | None = None
+    lines: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+
+def expand_inputs(specs: list[str] | tuple[str, ...], stdin_name: str = "-") -> list[Source]:
+    """Resolve files, directories (recursively), globs and ``-`` into sources, in a stable order.
+
+    Raises:
+        InputError: a path that does not exist, a glob that matches nothing, or nothing readable.
+    """
+    out: list[Source] = []
+    seen: set[str] = set()
+
+    def add(path: str) -> None:
+        key = os.path.realpath(path)
+        if key in seen:
+            return
+        seen.add(key)
+        out.append(_source_for(path))
+
+    for spec in specs:
+        if spec == "-":
+            out.append(Source(path=stdin_name, real=None))
+            continue
+        if os.path.isdir(spec):
+            files = sorted(p for p in Path(spec).rglob("*") if p.is_file() and _is_log_candidate(p))
+            if not files:
+                raise InputError("directory holds no log files", path=spec)
+            for p in files:
+                add(str(p))
+        elif os.path.isfile(spec):
+            add(spec)
+        elif glob.has_magic(spec):
+            matches = sorted(m for m in glob.glob(spec, recursive=True) if os.path.isfile(m))
+            if not matches:
+                raise InputError("no file matches this pattern", path=spec)
+            for m in matches:
+                add(m)
+        elif os.path.exists(spec):
+            raise InputError("not a regular file or directory", path=spec)
+        else:
+            raise InputError("no such file or directory", path=spec)
+    return out
+
+
+def _is_log_candidate(p: Path) -> bool:
+    # In a directory, skip what is clearly not a log: labels, reports, archives we can't read, binaries.
+    name = p.name
+    if name.startswith(".") or name == "label.json":
+        return False
+    return p.suffix.lower() not in {".json", ".html", ".xml", ".png", ".jpg", ".pkl", ".pt", ".so", ".zip", ".tar", ".tgz"}
+
+
+def _source_for(path: str) -> Source:
+    src = Source(path=path, real=path)
+    norm = path.replace(os.sep, "/")
+    m = _LOGDIR_RANK.search(norm)
+    if m:
+        src.local_rank = int(m.group(1))
+    else:
+        m = _RANK_IN_NAME.search(Path(norm).name)
+        if m:
+            src.rank = int(m.group(1))
+    return src
+
+
+def open_binary(src: Source) -> BinaryIO:
+    if src.real is None:
+        return sys.stdin.buffer
+    try:
+        with open(src.real, "rb") as probe:
+            magic = probe.read(2)
+        if magic == b"\x1f\x8b":
+            return gzip.open(src.real, "rb")  # type: ignore[return-value]
+        return open(src.real, "rb", buffering=1 << 20)
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or exc}", path=src.path) from exc
+
+
+def read_raw_lines(stream: BinaryIO, src: Source) -> Iterator[bytes]:
+    """Yield raw lines (bytes, newline kept) with bounded memory; record truncation problems."""
+    readline = stream.readline
+    try:
+        while True:
+            b = readline(MAX_LINE)
+            if not b:
+                return
+            if len(b) == MAX_LINE and not b.endswith(b"\n"):
+                # Over-long line: keep the head, skip the rest up to the newline.
+                while True:
+                    rest = readline(MAX_LINE)
+                    if not rest or rest.endswith(b"\n"):
+                        break
+                yield b + b"\x00TRUNCATED"
+                continue
+            yield b
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        src.warnings.append(f"input ends early (truncated or corrupt gzip: {exc}); analyzed what was readable")
+    except OSError as exc:
+        src.warnings.append(f"read error after {src.lines} lines: {exc}; analyzed what was readable")
+
+
+def clean_line(b: bytes, src: Source, lineno: int) -> Line:
+    """Decode one raw line and split off wrapper prefixes."""
+    truncated = False
+    if b.endswith(b"\x00TRUNCATED"):
+        b = b[: -len(b"\x00TRUNCATED")]
+        truncated = True
+    s = b.decode("utf-8", "replace")
+    if s.endswith("\n"):
+        s = s[:-1]
+    if s.endswith("\r"):
+        s = s[:-1]
+    if "\x1b" in s:
+        s = _ANSI.sub("", s)
+    if "\r" in s:
+        # Progress bars redraw with bare CR: what a terminal finally shows is the last segment.
+        parts = [p for p in s.split("\r") if p]
+        s = parts[-1] if parts else ""
+    if "\x00" in s or "\x1b" in s:
+        s = s.replace("\x00", "")
+    if _CTRL.search(s):
+        s = _CTRL.sub("", s)
+    raw = s
+    rank = src.rank
+    local_rank = src.local_rank
+    time = None
+    if s and s[0] in _PREFIX_START:
+        m = _CONTAINER_TS.match(s)
+        if m:
+            time = m.group(1)
+            s = s[m.end():]
+        m = _ROLE.match(s)
+        if m and m.group(1) != "rank":
+            local_rank = int(m.group(2))
+            s = s[m.end():]
+        m = _RANK.match(s)
+        if m:
+            rank = int(m.group(1))
+            s = s[m.end():]
+            if s.startswith(" "):
+                # torch's excepthook writes "[rank0]: " + line; the c10 logger "[rank0]:[E...".
+                s = s[1:]
+        elif rank is None:
+            m = _SRUN.match(s)
+            if m and _looks_like_srun_payload(s, m.end()):
+                rank = int(m.group(1))
+                s = s[m.end():]
+    return Line(path=src.path, lineno=lineno, text=s, raw=raw, rank=rank, local_rank=local_rank, time=time,
+                truncated=truncated)
+
+
+def _looks_like_srun_payload(s: str, start: int) -> bool:
+    # "3: " also starts ordinary text ("1: loss 0.3"); accept it only in front of something that is a
+    # log record of its own: an NCCL prefix, a traceback, a torch/glog record, or another prefix.
+    rest = s[start:start + 64]
+    return bool(_SRUN_PAYLOAD.match(rest))
+
+
+_SRUN_PAYLOAD = re.compile(
+    r"(?:[\w.-]+:\d+:\d+ |Traceback|  File |\[|[IWEF]\d{4} |NCCL |[A-Z]\w*(?:Error|Exception)\b|"
+    r"torch\.|WARNING:|ERROR:|INFO:|\d{4}-\d\d-\d\d)"
+)
+
+
+def iter_source(src: Source) -> Iterator[Line]:
+    """Clean lines of one source, streaming."""
+    stream = open_binary(src)
+    try:
+        lineno = 0
+        for b in read_raw_lines(stream, src):
+            lineno += 1
+            src.lines = lineno
+            yield clean_line(b, src, lineno)
+    finally:
+        if src.real is not None:
+            stream.close()
+    if lineno == 0:
+        src.warnings.append("input is empty")
+
+
+def iter_lines(sources: list[Source]) -> Iterator[Line]:
+    """All lines of all sources, one source after the other."""
+    for src in sources:
+        yield from iter_source(src)
