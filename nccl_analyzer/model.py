@@ -21,7 +21,9 @@ class Loc:
     line: int
 
 
-@dataclass(frozen=True, slots=True)
+# Line and Event are created once per input line on the hot path: plain slotted classes are ~5x cheaper
+# to construct than frozen ones (frozen __init__ goes through object.__setattr__). Treat them as immutable.
+@dataclass(slots=True)
 class Line:
     """One physical line of input after cleaning.
 
@@ -41,7 +43,7 @@ class Line:
     truncated: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Event:
     """One typed fact read from the log.
 

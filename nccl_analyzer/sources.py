@@ -124,7 +124,7 @@ def open_binary(src: Source) -> BinaryIO:
 
 
 def read_raw_lines(stream: BinaryIO, src: Source) -> Iterator[bytes]:
-    """Yield raw lines (bytes, newline kept) with bounded memory; record truncation problems."""
+    """Yield raw lines (bytes, newline kept) one at a time with bounded memory (used by the live pipe)."""
     readline = stream.readline
     try:
         while True:
@@ -137,7 +137,7 @@ def read_raw_lines(stream: BinaryIO, src: Source) -> Iterator[bytes]:
                     rest = readline(MAX_LINE)
                     if not rest or rest.endswith(b"\n"):
                         break
-                yield b + b"\x00TRUNCATED"
+                yield b + _TRUNC_MARK
                 continue
             yield b
     except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
@@ -146,15 +146,72 @@ def read_raw_lines(stream: BinaryIO, src: Source) -> Iterator[bytes]:
         src.warnings.append(f"read error after {src.lines} lines: {exc}; analyzed what was readable")
 
 
+_TRUNC_MARK = b"\x00TRUNCATED"
+BLOCK = 1 << 20
+
+
+def read_text_lines(stream: BinaryIO, src: Source) -> Iterator[tuple[str, bool]]:
+    """Yield (decoded line without newline, truncated) reading 1 MiB blocks: bounded memory, fast.
+
+    Decoding a whole block at once is several times cheaper than per line; blocks are cut after their last
+    newline so no UTF-8 sequence is split (a newline byte is never inside a multi-byte sequence).
+    """
+    # read1: one decompression/IO step per call, so a truncated gzip loses only its last step's bytes.
+    read = getattr(stream, "read1", stream.read)
+    pending = b""  # start of a line whose end is not read yet (at most MAX_LINE bytes kept)
+    skipping = False  # inside an over-long line whose head was already yielded
+    try:
+        while True:
+            block = read(BLOCK)
+            if not block:
+                break
+            if skipping:
+                nl = block.find(b"\n")
+                if nl < 0:
+                    continue
+                block = block[nl + 1:]
+                skipping = False
+            cut = block.rfind(b"\n")
+            if cut < 0:
+                pending += block
+                if len(pending) > MAX_LINE:
+                    yield pending[:MAX_LINE].decode("utf-8", "replace"), True
+                    pending = b""
+                    skipping = True
+                continue
+            chunk = pending + block[:cut]
+            pending = block[cut + 1:]
+            for s in chunk.decode("utf-8", "replace").split("\n"):
+                if len(s) > MAX_LINE:
+                    yield s[:MAX_LINE], True
+                else:
+                    yield s, False
+            if len(pending) > MAX_LINE:
+                yield pending[:MAX_LINE].decode("utf-8", "replace"), True
+                pending = b""
+                skipping = True
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        src.warnings.append(f"input ends early (truncated or corrupt gzip: {exc}); analyzed what was readable")
+    except OSError as exc:
+        src.warnings.append(f"read error after {src.lines} lines: {exc}; analyzed what was readable")
+    if pending:
+        yield pending.decode("utf-8", "replace"), False
+
+
 def clean_line(b: bytes, src: Source, lineno: int) -> Line:
-    """Decode one raw line and split off wrapper prefixes."""
+    """Decode one raw line (bytes, newline optional) and split off wrapper prefixes."""
     truncated = False
-    if b.endswith(b"\x00TRUNCATED"):
-        b = b[: -len(b"\x00TRUNCATED")]
+    if b.endswith(_TRUNC_MARK):
+        b = b[: -len(_TRUNC_MARK)]
         truncated = True
     s = b.decode("utf-8", "replace")
     if s.endswith("\n"):
         s = s[:-1]
+    return clean_text(s, src, lineno, truncated)
+
+
+def clean_text(s: str, src: Source, lineno: int, truncated: bool = False) -> Line:
+    """Clean one decoded line (no newline) and split off wrapper prefixes."""
     if s.endswith("\r"):
         s = s[:-1]
     if "\x1b" in s:
@@ -163,9 +220,7 @@ def clean_line(b: bytes, src: Source, lineno: int) -> Line:
         # Progress bars redraw with bare CR: what a terminal finally shows is the last segment.
         parts = [p for p in s.split("\r") if p]
         s = parts[-1] if parts else ""
-    if "\x00" in s or "\x1b" in s:
-        s = s.replace("\x00", "")
-    if _CTRL.search(s):
+    if not s.isprintable() and _CTRL.search(s):
         s = _CTRL.sub("", s)
     raw = s
     rank = src.rank
@@ -192,8 +247,7 @@ def clean_line(b: bytes, src: Source, lineno: int) -> Line:
             if m and _looks_like_srun_payload(s, m.end()):
                 rank = int(m.group(1))
                 s = s[m.end():]
-    return Line(path=src.path, lineno=lineno, text=s, raw=raw, rank=rank, local_rank=local_rank, time=time,
-                truncated=truncated)
+    return Line(src.path, lineno, s, raw, rank, local_rank, time, truncated)
 
 
 def _looks_like_srun_payload(s: str, start: int) -> bool:
@@ -212,15 +266,15 @@ _SRUN_PAYLOAD = re.compile(
 def iter_source(src: Source) -> Iterator[Line]:
     """Clean lines of one source, streaming."""
     stream = open_binary(src)
+    lineno = 0
     try:
-        lineno = 0
-        for b in read_raw_lines(stream, src):
+        for s, truncated in read_text_lines(stream, src):
             lineno += 1
-            src.lines = lineno
-            yield clean_line(b, src, lineno)
+            yield clean_text(s, src, lineno, truncated)
     finally:
         if src.real is not None:
             stream.close()
+        src.lines = lineno
     if lineno == 0:
         src.warnings.append("input is empty")
 

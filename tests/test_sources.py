@@ -1,0 +1,141 @@
+"""Inputs: files, dirs, globs, .gz, stdin; dirty bytes; wrapper prefixes."""
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+from nccl_analyzer.errors import InputError
+from nccl_analyzer.sources import MAX_LINE, Source, clean_line, expand_inputs, iter_source
+
+FIX = Path(__file__).resolve().parent.parent / "fixtures" / "h200-nccl-2.28.9"
+NCCL_LINE = b"vm:588:588 [0] NCCL INFO Bootstrap: Using eth0:192.0.2.2<0>"
+
+
+def _clean(b: bytes, src: Source | None = None):
+    return clean_line(b, src or Source(path="t.log", real=None), 1)
+
+
+def test_crlf_ansi_nul_and_bad_utf8_are_cleaned():
+    line = _clean(b"\x1b[31mvm:588:588 [0] NCCL\x00 INFO caf\xe9 ok\x1b[0m\r\n")
+    assert line.text == "vm:588:588 [0] NCCL INFO caf\ufffd ok"
+    assert line.raw == line.text
+
+
+def test_carriage_return_progress_bar_keeps_last_segment():
+    assert _clean(b"epoch 1  10%\repoch 1  50%\repoch 1 100%\n").text == "epoch 1 100%"
+
+
+@pytest.mark.parametrize(
+    ("raw", "text", "rank", "local_rank", "time"),
+    [
+        (b"[rank3]:[E1129 13:53:17.751 ProcessGroupNCCL.cpp:1]", "[E1129 13:53:17.751 ProcessGroupNCCL.cpp:1]", 3,
+         None, None),
+        (b"[rank0]:   File \"/app/train.py\", line 3, in <module>", "  File \"/app/train.py\", line 3, in <module>",
+         0, None, None),
+        (b"[default5]:" + NCCL_LINE, NCCL_LINE.decode(), None, 5, None),
+        (b"[trainer1]:[rank9]: Traceback (most recent call last):", "Traceback (most recent call last):", 9, 1, None),
+        (b" 3: " + NCCL_LINE, NCCL_LINE.decode(), 3, None, None),
+        (b"12: Traceback (most recent call last):", "Traceback (most recent call last):", 12, None, None),
+        (b"2026-11-29T13:53:17.123456789Z " + NCCL_LINE, NCCL_LINE.decode(), None, None,
+         "2026-11-29T13:53:17.123456789Z"),
+        (b"2026-11-29T13:53:17.1Z [default1]:[rank1]: RuntimeError: boom", "RuntimeError: boom", 1, 1,
+         "2026-11-29T13:53:17.1Z"),
+    ],
+)
+def test_wrapper_prefixes(raw, text, rank, local_rank, time):
+    line = _clean(raw)
+    assert (line.text, line.rank, line.local_rank, line.time) == (text, rank, local_rank, time)
+    assert line.raw == raw.decode()
+
+
+def test_srun_label_needs_a_log_record_behind_it():
+    # "1: loss 0.25" is training output, not an srun label.
+    line = _clean(b"1: loss 0.25")
+    assert line.text == "1: loss 0.25" and line.rank is None
+
+
+def test_nccl_timestamp_is_not_taken_for_a_prefix():
+    raw = b"[2026-11-29 13:53:31] vm:589:589 [0] init.cc:904 NCCL WARN Duplicate GPU detected"
+    assert _clean(raw).text == raw.decode()
+
+
+def test_over_long_line_is_truncated_and_reading_goes_on(tmp_path):
+    p = tmp_path / "long.log"
+    p.write_bytes(b"x" * (MAX_LINE * 3 + 5) + b"\n" + NCCL_LINE + b"\n")
+    lines = list(iter_source(expand_inputs([str(p)])[0]))
+    assert len(lines) == 2
+    assert lines[0].truncated and len(lines[0].text) <= MAX_LINE
+    assert lines[1].text == NCCL_LINE.decode() and lines[1].lineno == 2
+
+
+def test_truncated_gzip_keeps_what_was_readable(tmp_path):
+    body = (NCCL_LINE + b"\n") * 5000
+    blob = gzip.compress(body)
+    p = tmp_path / "cut.log.gz"
+    p.write_bytes(blob[: len(blob) // 2])
+    src = expand_inputs([str(p)])[0]
+    lines = list(iter_source(src))
+    assert 0 < len(lines) < 5000
+    assert all(line.text == NCCL_LINE.decode() for line in lines[:-1])
+    assert any("truncated" in w for w in src.warnings)
+
+
+def test_gzip_is_detected_by_magic_not_name(tmp_path):
+    p = tmp_path / "rank0.txt"
+    p.write_bytes(gzip.compress(NCCL_LINE + b"\n"))
+    src = expand_inputs([str(p)])[0]
+    assert [ln.text for ln in iter_source(src)] == [NCCL_LINE.decode()]
+    assert src.rank == 0
+
+
+def test_empty_input_is_a_warning_not_an_error(tmp_path):
+    p = tmp_path / "empty.log"
+    p.write_bytes(b"")
+    src = expand_inputs([str(p)])[0]
+    assert list(iter_source(src)) == []
+    assert src.warnings == ["input is empty"]
+
+
+def test_binary_junk_never_raises(tmp_path):
+    p = tmp_path / "junk.bin.log"
+    p.write_bytes(bytes(range(256)) * 64 + b"\n" + NCCL_LINE)
+    lines = list(iter_source(expand_inputs([str(p)])[0]))
+    assert lines[-1].text == NCCL_LINE.decode()
+
+
+def test_torchrun_log_dir_tree_gives_local_ranks(tmp_path):
+    for r in range(3):
+        d = tmp_path / "attempt_0" / str(r)
+        d.mkdir(parents=True)
+        (d / "stderr.log").write_text(f"rank {r} err\n")
+        (d / "stdout.log").write_text(f"rank {r} out\n")
+    srcs = expand_inputs([str(tmp_path)])
+    assert len(srcs) == 6
+    assert sorted({s.local_rank for s in srcs}) == [0, 1, 2]
+    line = next(iter_source(srcs[0]))
+    assert line.local_rank == srcs[0].local_rank
+
+
+def test_globs_dirs_and_duplicates(tmp_path):
+    for name in ("nccl.vm.11.log", "nccl.vm.12.log", "label.json"):
+        (tmp_path / name).write_text("x\n")
+    assert len(expand_inputs([str(tmp_path / "nccl.*.log")])) == 2
+    # a directory skips label.json; naming a file twice reads it once
+    assert len(expand_inputs([str(tmp_path), str(tmp_path / "nccl.vm.11.log")])) == 2
+
+
+@pytest.mark.parametrize("spec", ["/nonexistent/run.log", "/nonexistent/*.log"])
+def test_missing_inputs_raise_input_error(spec):
+    with pytest.raises(InputError):
+        expand_inputs([spec])
+
+
+def test_real_fixture_reads_every_line():
+    src = expand_inputs([str(FIX / "11_mismatch_gloo" / "log.txt")])[0]
+    lines = list(iter_source(src))
+    assert len(lines) == 63
+    ranked = [ln for ln in lines if ln.rank is not None]
+    assert {ln.rank for ln in ranked} == {0, 1}
+    assert ranked[0].text == "Traceback (most recent call last):"
