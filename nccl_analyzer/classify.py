@@ -1,40 +1,79 @@
 """Dispatch each line to the parser that owns it; everything else becomes a ``text`` event."""
 from __future__ import annotations
 
+import heapq
+
 from .model import Event, Line
 from .parse.nccl import NcclParser
 from .parse.torch import TorchParser
 
 
 class EventStream:
-    """Turns the lines of ONE input stream into events (parsers keep per-stream state).
+    """Turns the lines of ONE input stream into events, in input order (parsers keep per-stream state).
+
+    Parsers emit a multi-line event (a traceback, a WARN with continuation lines) only when it ends, while
+    the other parser may emit events for lines in between. Events are therefore held in a small heap and
+    released once no parser still holds an event that starts earlier (``pending_line`` on a parser: the
+    first line number of what it buffers, or None).
 
     Args:
         keep_text: also return ``text`` events for lines no grammar recognizes (the ``events`` export
             wants them; the analysis does not, and skipping them is most of the speed on big logs).
     """
 
-    __slots__ = ("_nccl", "_torch", "keep_text", "counts")
+    __slots__ = ("_nccl", "_torch", "keep_text", "counts", "_held", "_seq")
 
     def __init__(self, keep_text: bool = False):
         self._nccl = NcclParser()
         self._torch = TorchParser()
         self.keep_text = keep_text
         self.counts = {"lines": 0, "text": 0}
+        self._held: list[tuple[int, int, Event]] = []
+        self._seq = 0
 
     def feed(self, line: Line) -> list[Event]:
         self.counts["lines"] += 1
         events = self._nccl.feed(line)
-        if events is not None:
+        if events is None:
+            events = self._torch.feed(line)
+            if events is None:
+                self.counts["text"] += 1
+                if not self.keep_text:
+                    return self._release() if self._held else []
+                events = [Event("text", line.path, line.lineno, line.raw, rank=line.rank, time=line.time)]
+        if not self._held and not events:
             return events
-        events = self._torch.feed(line)
-        if events is not None:
+        if not self._held and self._pending() is None and _ordered(events):
             return events
-        self.counts["text"] += 1
-        if self.keep_text:
-            return [Event(kind="text", path=line.path, line=line.lineno, text=line.raw, rank=line.rank,
-                          time=line.time)]
-        return []
+        for ev in events:
+            self._seq += 1
+            heapq.heappush(self._held, (ev.line, self._seq, ev))
+        return self._release()
+
+    def _pending(self) -> int | None:
+        a = getattr(self._nccl, "pending_line", None)
+        b = getattr(self._torch, "pending_line", None)
+        if a is None:
+            return b
+        if b is None:
+            return a
+        return min(a, b)
+
+    def _release(self) -> list[Event]:
+        limit = self._pending()
+        out = []
+        held = self._held
+        while held and (limit is None or held[0][0] < limit):
+            out.append(heapq.heappop(held)[2])
+        return out
 
     def flush(self) -> list[Event]:
-        return self._nccl.flush() + self._torch.flush()
+        for ev in self._nccl.flush() + self._torch.flush():
+            self._seq += 1
+            heapq.heappush(self._held, (ev.line, self._seq, ev))
+        out = [heapq.heappop(self._held)[2] for _ in range(len(self._held))]
+        return out
+
+
+def _ordered(events: list[Event]) -> bool:
+    return all(events[i].line <= events[i + 1].line for i in range(len(events) - 1))
