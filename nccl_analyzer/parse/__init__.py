@@ -1,0 +1,1 @@
+"""Line parsers: one per source family (NCCL, torch/python), each ``feed(line) -> list[Event] | None``."""

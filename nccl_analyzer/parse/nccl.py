@@ -1,0 +1,842 @@
+"""NCCL_DEBUG lines -> typed events: prefix regex, first-word dispatch, Lark body grammar, body cache."""
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import Any
+
+from lark import Lark, Transformer, v_args
+from lark.exceptions import UnexpectedInput, VisitError
+
+from ..model import Event, Line
+from ..resources import grammar_dir, read_grammar
+
+__all__ = ["NcclParser", "PREFIX_RE", "parse_body", "body_parser", "BODY_STARTS"]
+
+# --------------------------------------------------------------------------------------------------
+# Line prefix (README "NCCL line grammar"; the grammar's `line` rule says the same, tests compare them):
+#   {ts}host:pid:tid [dev] [millis func:line | file:line [(function)]] NCCL LEVEL body
+# - {ts}: NCCL_DEBUG_TIMESTAMP_FORMAT output (2.26+, default "[%F %T] "); any text is accepted before
+#   host:pid:tid because the format is user-defined.
+# - host: gethostname() cut at the first '.', '%' and '/' -> '-' from 2.29.2; dots/dashes allowed anyway.
+# - [dev] is absent on NCCL CALL lines (2.13+).
+# - TRACE (TRACE=1 builds): "millis func:line" before NCCL; WARN: "file:line" (absolute paths in RCCL
+#   builds), plus "(function)" from 2.30.7.
+_HEAD = (
+    r"(?P<ts>.*?)"
+    r"(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+)"
+    r"(?: \[(?P<dev>\d+)\])?"
+    r"(?: (?P<millis>\d+\.\d+))?"
+    r"(?: (?P<file>[^\s:()]+):(?P<fline>\d+)(?: \((?P<func>[^()\s]*)\))?)?"
+)
+PREFIX_RE = re.compile(_HEAD + r" NCCL (?P<level>INFO|WARN|TRACE|CALL|ABORT)(?: (?P<body>.*))?$")
+# Hot path: split at the first " NCCL " and read the part before it with _HEAD_RE, cached (the same
+# "host:pid:tid [dev]" heads repeat on every line of a process); PREFIX_RE is the fallback and the reference.
+_HEAD_RE = re.compile(_HEAD + "$")
+_LEVELS = frozenset({"INFO", "WARN", "TRACE", "CALL", "ABORT"})
+# Bare version lines: stdout print <= 2.21, VERSION level 2.22+ (optionally timestamped), git line 2.29+.
+# The timestamp here must look like one, so torch's "..., NCCL version 2.28.9" is not taken.
+_BANNER_RE = re.compile(r"(?P<ts>\[[^\]]*\] ?|\d[\d:./T, -]*\d ?)?(?P<body>NCCL (?:git )?version \S.*)$")
+# An NCCL level marker whose prefix did not parse -> nccl.unparsed.
+_LOOSE_RE = re.compile(r"\bNCCL (INFO|WARN|TRACE|CALL|ABORT)\b")
+# "file:line [(function)] rest" at the start of an INFO body: "%s:%d ..." fmts and the 2.30.7 *_LOC macros.
+_LOC_RE = re.compile(r"(?P<file>[^\s:()]+):(?P<line>\d+)(?: \((?P<func>[^()\s]*)\))? (?P<rest>.*)$")
+_ENVNAME_RE = re.compile(r"[A-Z][A-Z0-9_]*_[A-Z0-9_]+$")
+_PLUGIN_TAG_RE = re.compile(r"[A-Z]+/Plugin:?$")
+
+# WARN fmts with an embedded "\n": the text after it comes on unprefixed lines (2.19+ NVLS bind failure).
+_CONTINUED_WARNS = (("Failed to bind NVLink SHARP (NVLS) Multicast memory", 2),)
+
+_CACHE_SIZE = 65536
+
+# --------------------------------------------------------------------------------------------------
+# Body dispatch: first word -> grammar start symbol (everything else is generic without touching Lark).
+BODY_STARTS = {
+    "NCCL": "banner",
+    "cudaDriverVersion": "cuda_driver",
+    "Bootstrap": "bootstrap",
+    "Bootstrap:": "bootstrap",
+    "NET/IB": "net_ib",
+    "NET/Socket": "net_socket",
+    "NET/Socket:": "net_socket",
+    "Using": "net_using",
+    "comm": "comm",
+    "[Rank": "comm",
+    "Channel": "channel",
+    "Ring": "ring",
+    "CollNet": "collnet",
+    "Tree": "tree",
+    "Trees": "trees",
+    "Connected": "connected",
+    "Initialized": "plugin",
+    "Failed": "plugin",
+    "Assigned": "plugin",
+    "Duplicate": "duplicate_gpu",
+    "===": "topo_system",
+    "Pattern": "topo_pattern",
+    "RAS": "ras",
+    "Destroyed": "destroyed",
+    "opCount": "coll",
+    "+": "topo_link",
+}
+_TOPO_NODE_RE = re.compile(r"[A-Z]{3}/[0-9a-fA-F]+(-[0-9a-fA-F]+)?$")
+_ALLOC_WORDS = frozenset({"Cuda", "Host", "Ib", "Mem", "CUMEM"})
+
+
+def _start_for(body: str) -> str | None:
+    """Grammar start symbol for a body, from its first word(s); None for bodies no rule types."""
+    word, _, rest = body.partition(" ")
+    start = BODY_STARTS.get(word)
+    if start is not None:
+        return start
+    if word in _ALLOC_WORDS:
+        if rest.startswith("failure"):
+            return "cuda_failure"
+        return "alloc" if " Size " in body else None
+    if word.endswith(":") and rest.startswith("opCount "):
+        return "coll"
+    if word.startswith("nccl") and rest.startswith("comm "):
+        return "comm"
+    if word[:1].isdigit():
+        if rest.startswith("coll channels"):
+            return "channels_count"
+        return "topo_graph" if rest.startswith(": ") else None
+    if word.startswith("=========="):
+        return "topo_end"
+    if _TOPO_NODE_RE.match(word):
+        return "topo_node"
+    if word == "Comm" and rest.startswith("config "):
+        return "comm_config"
+    if rest.startswith("set ") and _ENVNAME_RE.match(word):
+        return "env"
+    if _PLUGIN_TAG_RE.match(word):
+        return "plugin"
+    return None
+
+
+# --------------------------------------------------------------------------------------------------
+# Transformer: each body start returns (kind, fields); "rank" in fields becomes Event.rank.
+_VERSION_RE = re.compile(r"(?P<nccl>\d+\.\d+\.\d+)(?P<suffix>[^+\s]*)(?:\+cuda(?P<cuda>\d+\.\d+))?")
+_IFACE_RE = re.compile(r"(?:\[(?P<idx>\d+)\])?(?P<name>[^\s:\[]+):(?P<addr>\S+)")
+_IBDEV_RE = re.compile(r"\[(?P<idx>\d+)\](?P<name>[^:\s]+)(?::(?P<port>\d+))?(?:/(?P<link>\S+))?")
+_TREE_ENTRY_RE = re.compile(r"\[(\d+)\] ([-\d/]+)->(-?\d+)->([-\d/]+)")
+_PXN_GDR_RE = re.compile(r"PXN (\d+) GDR (\d+)")
+# NCCL prints socket addresses as "addr<port>" (IPv4, IPv6 with %scope, or a host name).
+_PEER_RE = re.compile(r"([^\s<>(),;]+<\d+>)")
+_RAS_TIMEOUT_RE = re.compile(r"(keep-alive|init) timeout (error|warning) \((\d+)s\)")
+
+
+def pci_bus_id(bus_id: str) -> str | None:
+    """NCCL's int64 busId (hex, e.g. "1b000") as a PCI address "0000:1b:00.0" (busIdToInt64 layout)."""
+    try:
+        value = int(bus_id, 16)
+    except ValueError:
+        return None
+    return f"{value >> 20:04x}:{(value >> 12) & 0xFF:02x}:{(value >> 4) & 0xFF:02x}.{value & 0xF:x}"
+
+
+@v_args(inline=True)
+class _Body(Transformer):
+    """Builds (kind, fields) from the body rules of nccl.lark; no I/O, no rule logic."""
+
+    # -- prefix (tests only)
+    def line(self, *toks):
+        out: dict[str, Any] = {}
+        for tok in toks:
+            out.setdefault(tok.type, str(tok))
+        return out
+
+    # -- version banner, driver
+    def version(self, word):
+        fields: dict[str, Any] = {"version": str(word)}
+        m = _VERSION_RE.match(word)
+        if m:
+            fields["nccl_version"] = m["nccl"]
+            if m["cuda"]:
+                fields["cuda_version"] = m["cuda"]
+        return "nccl.version", fields
+
+    def git_version(self, rest):
+        branch, _, describe = str(rest).partition(" ")
+        return "nccl.git_version", {"branch": branch, "describe": describe.strip()}
+
+    def cuda_driver(self, value):
+        value = int(value)
+        return "nccl.cuda_driver", {"driver_version": value, "cuda_version": f"{value // 1000}.{value % 1000 // 10}"}
+
+    # -- bootstrap / env / network
+    def bootstrap(self, *words):
+        text = " ".join(words)
+        ifaces = [{"name": m["name"], "addr": m["addr"]} for m in _IFACE_RE.finditer(text)]
+        fields: dict[str, Any] = {"interfaces": ifaces}
+        if ifaces:
+            fields["interface"], fields["addr"] = ifaces[0]["name"], ifaces[0]["addr"]
+        return "nccl.bootstrap.interface", fields
+
+    def env(self, name, value=None):
+        value = "" if value is None else str(value).rstrip()
+        # "%s set by environment to %lld." (integer params) ends with a period that is not the value's.
+        if value.endswith(".") and value[:-1].lstrip("-").isdigit():
+            value = value[:-1]
+        return "nccl.env", {"name": str(name), "value": value}
+
+    def plugin_msg(self, tag, rest=None):
+        ptype = str(tag).split("/", 1)[0]
+        detail = "" if rest is None else str(rest)
+        low = detail.lower()
+        if "could not find" in low or "no plugin found" in low:
+            status = "not_found"
+        elif low.startswith("loaded"):
+            status = "loaded"
+        elif low.startswith("closing"):
+            status = "closing"
+        elif "internal" in low:
+            status = "internal"
+        elif "failed" in low or "returned" in low:
+            status = "failed"
+        else:
+            status = "info"
+        kind = "nccl.net.plugin" if ptype == "NET" else "nccl.plugin"
+        fields: dict[str, Any] = {"plugin_type": ptype, "status": status, "detail": detail}
+        if status == "loaded":
+            parts = detail.split()
+            if len(parts) >= 4:
+                fields["plugin"] = parts[3]
+        return kind, fields
+
+    def _plugin(self, ptype, name, status):
+        kind = "nccl.net.plugin" if str(ptype) == "NET" else "nccl.plugin"
+        return kind, {"plugin_type": str(ptype), "plugin": str(name), "status": status}
+
+    def plugin_initialized(self, ptype, name):
+        return self._plugin(ptype, name, "initialized")
+
+    def plugin_init_failed(self, ptype, name):
+        return self._plugin(ptype, name, "init_failed")
+
+    def plugin_assigned(self, ptype, name):
+        return self._plugin(ptype, name, "assigned")
+
+    def ib_using(self, *toks):
+        devices = []
+        relaxed = False
+        for tok in toks[:-1]:
+            if tok.type == "IB_RO":
+                relaxed = True
+                continue
+            m = _IBDEV_RE.match(tok)
+            if m:
+                devices.append({"index": int(m["idx"]), "name": m["name"],
+                                "port": int(m["port"]) if m["port"] else None, "link": m["link"]})
+        fields: dict[str, Any] = {"devices": devices, "relaxed_ordering": relaxed}
+        m = _IFACE_RE.match(toks[-1])
+        if m:
+            fields["oob_interface"], fields["oob_addr"] = m["name"], m["addr"]
+        return "nccl.net.ib", fields
+
+    def ib_sideband(self, iface):
+        return "nccl.net.ib", {"devices": [], "oob_interface": str(iface)}
+
+    def ib_no_device(self):
+        return "nccl.net.ib", {"devices": [], "no_device": True}
+
+    def socket_using(self, *ifs):
+        ifaces = [{"name": m["name"], "addr": m["addr"]} for m in map(_IFACE_RE.match, ifs) if m]
+        return "nccl.net.socket", {"interfaces": ifaces}
+
+    def socket_threads(self, threads, socks):
+        return "nccl.net.socket", {"threads": int(threads), "sockets_per_thread": int(socks)}
+
+    def net_using(self, name):
+        return "nccl.net.using", {"network": str(name)}
+
+    # -- communicator lifecycle: init, topology summary, destroy/abort/revoke
+    def rank_tag(self, value):
+        return ("rank_tag", int(value))
+
+    def _int_attr(name):  # noqa: N805 - builds transformer methods below
+        return lambda self, value: (name, int(value))
+
+    rank = _int_attr("rank")
+    nranks = _int_attr("nranks")
+    cuda_dev = _int_attr("cuda_dev")
+    nvml_dev = _int_attr("nvml_dev")
+    split_count = _int_attr("split_count")
+    child_count = _int_attr("child_count")
+    color = _int_attr("color")
+    key = _int_attr("key")
+    n_nodes = _int_attr("n_nodes")
+    local_ranks = _int_attr("local_ranks")
+    local_rank = _int_attr("local_rank")
+    mnnvl = _int_attr("mnnvl")
+    del _int_attr
+
+    def bus_id(self, value):
+        return ("bus_id", str(value))
+
+    def comm_id(self, value):
+        return ("comm_id", str(value))
+
+    def parent(self, value):
+        return ("parent", str(value))
+
+    def phase(self, name, state, result=None):
+        out = {"phase": str(name), "state": str(state)}
+        if result is not None:
+            out["result"] = int(result)
+        return out
+
+    def comm(self, *items):
+        fields: dict[str, Any] = {}
+        phase = None
+        tag = None
+        for item in items:
+            if isinstance(item, tuple):
+                if item[0] == "rank_tag":
+                    tag = item[1]
+                else:
+                    fields[item[0]] = item[1]
+            elif isinstance(item, dict):
+                phase = item
+            elif item.type == "FUNCNAME":
+                fields["function"] = str(item)
+            elif item.type == "PTR":
+                fields["comm"] = str(item)
+        if "rank" in fields:  # the rank inside this communicator; "[Rank N]" (2.29+) is the process's global rank
+            fields["comm_rank"] = fields["rank"]
+        if tag is not None:
+            fields["rank"] = tag
+        if "bus_id" in fields:
+            fields["pci_bus_id"] = pci_bus_id(fields["bus_id"])
+        if phase is None:
+            return ("nccl.comm.topology" if "n_nodes" in fields else "nccl.comm"), fields
+        fields.update(phase)
+        name = phase["phase"]
+        if name == "Init":
+            return ("nccl.init.start" if phase["state"] == "START" else "nccl.init.complete"), fields
+        if name == "Destroy":
+            return "nccl.destroy", fields
+        return ("nccl.abort" if name == "Abort" else "nccl.revoke"), fields
+
+    def destroyed(self, comm, rank):
+        return "nccl.destroy", {"comm": str(comm), "rank": int(rank), "phase": "Destroy", "state": "COMPLETE"}
+
+    # -- channels, rings, trees, transports
+    @staticmethod
+    def _channel(tok):
+        chan, _, total = str(tok).partition("/")
+        return int(chan), (int(total) if total else None)
+
+    def channel_list(self, chan, *ranks):
+        channel, total = self._channel(chan)
+        truncated = bool(ranks) and ranks[-1].type == "ELLIPSIS"
+        order = [int(r) for r in ranks if r.type == "INT"]
+        return "nccl.channel", {"channel": channel, "n_channels": total, "ranks": order, "truncated": truncated}
+
+    def peer(self, rank, dev=None):
+        return int(rank), (None if dev is None else str(dev))
+
+    def transport(self, chan, src, dst, *rest):
+        channel, sub = self._channel(chan) if chan.type == "CHAN" else (int(chan), None)
+        direction = None
+        via = str(rest[-1]).strip()
+        if len(rest) == 2:
+            direction = str(rest[0])[1:-1]
+        name = via.split("/", 1)[0] if "/" in via else via
+        fields: dict[str, Any] = {"channel": channel, "conn": sub, "src": src[0], "dst": dst[0],
+                                  "src_dev": src[1], "dst_dev": dst[1], "direction": direction,
+                                  "transport": via, "transport_type": _TRANSPORT_TYPES.get(name, name)}
+        return "nccl.transport", fields
+
+    def collnet(self, chan, rank, direction, via):
+        channel, sub = self._channel(chan)
+        return "nccl.transport", {"channel": channel, "conn": sub, "src": int(rank), "dst": None,
+                                  "direction": str(direction)[1:-1], "transport": str(via).strip(),
+                                  "transport_type": "COLLNET"}
+
+    def ring(self, chan, prev, me, nxt):
+        return "nccl.ring", {"channel": int(chan), "prev": prev[0], "rank": me[0], "next": nxt[0]}
+
+    def tree(self, chan, up, me, d0, d1, d2):
+        return "nccl.tree", {"channel": int(chan), "up": int(up), "rank": int(me),
+                             "down": [int(d0), int(d1), int(d2)]}
+
+    def trees(self, rest=None):
+        text = "" if rest is None else str(rest)
+        entries = [{"channel": int(c), "down": [int(x) for x in down.split("/") if x],
+                    "rank": int(me), "up": [int(x) for x in up.split("/") if x]}
+                   for c, down, me, up in _TREE_ENTRY_RE.findall(text)]
+        fields: dict[str, Any] = {"entries": entries}
+        if entries:
+            fields["rank"] = entries[0]["rank"]
+        return "nccl.trees", fields
+
+    def cc_item(self, count, name, per_peer=None):
+        return (f"{name}_channels_per_peer" if per_peer else f"{name}_channels"), int(count)
+
+    def channels_count(self, coll, *items):
+        fields = {"coll_channels": int(coll)}
+        fields.update(items)
+        return "nccl.channels.count", fields
+
+    def connected(self, rest):
+        what = str(rest)
+        fields: dict[str, Any] = {"what": what}
+        m = _PXN_GDR_RE.search(what)
+        if m:
+            fields["pxn"], fields["gdr"] = int(m[1]), int(m[2])
+        return "nccl.connected", fields
+
+    # -- collectives, error traces, allocations, failures
+    def coll(self, *toks):
+        vals = list(toks)
+        fields: dict[str, Any] = {"op": str(vals.pop(0)) if vals[0].type == "NAME" else None}
+        names = ["op_count", "sendbuff", "recvbuff", "count"]
+        if len(vals) == 12:  # 2.3.5: "size %zi"
+            names.append("size")
+        names += ["datatype", "red_op"]
+        if len(vals) - len(names) == 4:
+            names.append("root")
+        names += ["comm", "nranks", "stream"]
+        for name, tok in zip(names, vals):
+            if name == "op_count":
+                fields[name] = int(tok, 16)
+            elif tok.type == "INT":
+                fields[name] = int(tok)
+            else:
+                fields[name] = str(tok)
+        return "nccl.coll", fields
+
+    @staticmethod
+    def _loc(loc, func):
+        file, _, line = str(loc).rpartition(":")
+        return {"file": file, "src_line": int(line), "function": None if func is None else str(func)[1:-1]}
+
+    def error_trace(self, loc, *rest):
+        func = rest[0] if rest and rest[0].type == "FUNC" else None
+        rest = rest[1:] if func is not None else rest
+        fields = self._loc(loc, func)
+        fields["code"] = int(rest[0])
+        fields["thread"] = str(rest[1])[1:-1] if len(rest) > 1 else None
+        return "nccl.error.trace", fields
+
+    def error_trace_errno(self, loc, *rest):
+        kind, fields = self.error_trace(loc, *rest[:-1])
+        fields["errno_text"] = str(rest[-1])[1:-1]
+        return kind, fields
+
+    def error_trace_state(self, loc, *rest):
+        func = rest[0] if rest[0].type == "FUNC" else None
+        rest = rest[1:] if func is not None else rest
+        fields = self._loc(loc, func)
+        fields.update({"code": None, "thread": str(rest[0])[1:-1], "state": int(rest[1])})
+        return "nccl.error.trace", fields
+
+    def alloc(self, what, size, ptr, rest=None):
+        return "nccl.alloc", {"what": str(what), "size": int(size), "pointer": str(ptr)}
+
+    def cuda_failure(self, *toks):
+        fields: dict[str, Any] = {"cuda_error": str(toks[-1])[1:-1]}
+        if len(toks) == 2:
+            fields["cuda_code"] = int(toks[0])
+        return "nccl.warn.cuda", fields
+
+    def duplicate_gpu(self, rank, other, bus):
+        return "nccl.warn.duplicate_gpu", {"rank": int(rank), "ranks": [int(rank), int(other)],
+                                           "bus_id": str(bus), "pci_bus_id": pci_bus_id(bus)}
+
+    # -- topology dump, RAS, CALL
+    def topo_kv(self, name, value):
+        return str(name), float(value)
+
+    def topo_system(self, *kvs):
+        return "nccl.topo.system", dict(kvs)
+
+    def topo_node(self, node, rest=None):
+        text = "" if rest is None else str(rest)
+        if text.startswith(":"):  # paths from this node to every other node
+            return "nccl.topo.paths", {"node": str(node), "paths": text[1:].strip()}
+        return "nccl.topo.node", {"node": str(node), "info": text}
+
+    def topo_link(self, link, node, rest=None):
+        ltype, _, bw = str(link)[:-1].partition("[")
+        return "nccl.topo.link", {"link": ltype, "bw": float(bw), "node": str(node),
+                                  "info": "" if rest is None else str(rest)}
+
+    def topo_end(self, rule):
+        return "nccl.topo.end", {}
+
+    def topo_graph(self, channel, *nodes):
+        return "nccl.topo.graph", {"channel": int(channel), "nodes": [str(n) for n in nodes]}
+
+    def comm_config(self, rest):
+        setting, _, value = str(rest).rpartition(" to ")
+        fields: dict[str, Any] = {"setting": str(rest)}
+        if setting:
+            fields["name"] = setting.removesuffix(" set").removesuffix(" reset").strip()
+            fields["value"] = value
+        return "nccl.comm.config", fields
+
+    def topo_pattern(self, pattern, *kv):
+        fields: dict[str, Any] = {"pattern": int(pattern)}
+        for name, value in zip(kv[::2], kv[1::2]):
+            fields[str(name)] = int(value) if value.lstrip("-").isdigit() else str(value)
+        return "nccl.topo.pattern", fields
+
+    def ras(self, rest=None):
+        text = "" if rest is None else str(rest)
+        fields: dict[str, Any] = {"what": text}
+        if "DEAD" in text or "timeout" in text:
+            m = _PEER_RE.search(text)
+            if m:
+                fields["peer"] = m[1]
+            m = _RAS_TIMEOUT_RE.search(text)
+            if m:
+                fields["timeout"], fields["severity"], fields["timeout_s"] = m[1], m[2], int(m[3])
+            if "DEAD" in text:
+                fields["dead"] = True
+        return "nccl.ras", fields
+
+    def call(self, name, rest=None):
+        args = "" if rest is None else str(rest)
+        return "nccl.call", {"call": str(name), "args": args[:-1] if args.endswith(")") else args}
+
+
+# Transport names NCCL prints after "via" (P2P/IPC, P2P/CUMEM, SHM/direct/direct, NET/IB/0/GDRDMA, ...).
+_TRANSPORT_TYPES = {"P2P": "P2P", "SHM": "SHM", "NET": "NET", "COLLNET": "COLLNET",
+                    "direct shared memory": "SHM"}
+
+BODY_START_SYMBOLS = ("line", "banner", "cuda_driver", "bootstrap", "env", "plugin", "net_ib", "net_socket",
+                      "net_using", "comm", "channel", "ring", "collnet", "tree", "trees", "channels_count",
+                      "connected", "coll", "error_trace", "alloc", "cuda_failure", "duplicate_gpu",
+                      "topo_system", "topo_pattern", "topo_node", "topo_link", "topo_end", "topo_graph",
+                      "comm_config", "destroyed", "ras", "call")
+
+
+def build_parser(strict: bool = False) -> Lark:
+    """A fresh LALR parser for nccl.lark with every start symbol (tests pass ``strict=True``)."""
+    return Lark(read_grammar("nccl.lark"), parser="lalr", lexer="contextual", start=list(BODY_START_SYMBOLS),
+                transformer=_Body(), import_paths=[grammar_dir()], strict=strict)
+
+
+_PARSER: Lark | None = None
+
+
+def body_parser() -> Lark:
+    """The process-wide parser, built on first use (no cache=True: it unpickles a predictable /tmp file)."""
+    global _PARSER
+    if _PARSER is None:
+        _PARSER = build_parser()
+    return _PARSER
+
+
+def _run(start: str, text: str) -> tuple[str, dict[str, Any]] | None:
+    """Parse ``text`` from ``start``; None when it does not fit (the caller makes a generic event)."""
+    try:
+        return body_parser().parse(text, start=start)
+    except UnexpectedInput:
+        return None
+    except VisitError as exc:  # a transformer bug: unwrap it; a value the grammar let through is not a crash
+        if isinstance(exc.orig_exc, (ValueError, IndexError)):
+            return None
+        raise exc.orig_exc from None
+
+
+# --------------------------------------------------------------------------------------------------
+# WARN families: the first matching keyword pattern wins (most specific first); the file:line of the
+# WARN (path under src/) decides when no keyword does. Family fields come from small extractors.
+_WARN_FAMILIES = tuple((family, re.compile(rx)) for family, rx in (
+    ("duplicate_gpu", r"^Duplicate GPU|^Multiple Ranks are using the same GPU"),  # the latter 2.30+
+    ("proxy", r"^\[(Proxy|Service|Rem Allocator)"),  # proxy/service thread tags come first in the text
+    ("nvls", r"NVLS|NVLink SHARP|[Mm]ulticast"),
+    ("cuda", r"Cuda failure|CUDA|[Cc]uda[A-Z]\w*|\bcu[A-Z][a-z]\w*|device-side|cudart"),
+    ("ib", r"NET/IB|\bibv_|\bIB\b|mlx5|RoCE|\bGID\b|\bQP\b|\bHCA\b|\b[Vv]erbs\b|GDAKI|gdaki|\bDOCA\b|ibv"),
+    ("bootstrap", r"[Bb]ootstrap|NCCL_COMM_ID|[Uu]nique ?[Ii]d"),
+    ("socket", r"[Ss]ocket|Connect(ion)? |[Cc]onnect\b|Net : |NET/Socket|\bpoll\b|\brecv\b|\bsend\b|"
+               r"[Ll]isten|\bbind\b|\baccept|getaddrinfo|[Aa]ddress|[Ii]nterface|\bIPv[46]\b|ECONN|EADDR"),
+    ("shm", r"\bSHM\b|[Ss]hared memory|\bshm|/dev/shm"),
+    ("p2p", r"\bP2P\b|\bIPC\b|[Ii]pc[A-Z]|\bipc|[Pp]eer access|PeerAccess|\bp2p"),
+    ("proxy", r"[Pp]roxy|Service thread"),
+    ("net", r"NET plugin|NET/|[Nn]et plugin|CollNet|[Cc]ollnet|\bnet\b|[Nn]etwork|\bGIN\b|\bRMA\b"),
+    ("destroy", r"commDestroy|commReclaim|already been destroyed|[Aa]bort|SetAsyncError|[Aa]syncJob|\bjob\b"),
+    ("system", r"^Call to \S+( \S+)* (failed|timeout)|pthread|[Tt]hread (creation|join)|getrlimit|setrlimit|"
+               r"\bdup2\b|\bfcntl\b|libnvidia-ml|WSA|SetupDi|random_device|[Cc]ould not map|failed to extend"),
+    ("topology", r"XML|xml|[Tt]opo|NVML|nvml|\bPCI|\bpci|[Gg]raph|\bpath|\bNIC\b|NVLink|node of type|"
+                 r"[Aa]ffinity|\bCPU\b|\b[Tt]rees?\b|\b[Rr]ings?\b|[Cc]hannel|[Pp]attern|MNNVL|[Cc]lique|"
+                 r"[Tt]ransport|intra (node |proc )?ranks|local ranks|NRINGS"),
+    ("version", r"[Vv]ersion"),
+    ("alloc", r"[Aa]lloc|malloc|[Mm]emory|\bmmap|munmap|[Bb]uffer|out of memory|[Pp]ool\b"),
+    ("invalid_usage", r"[Ii]nvalid|[Mm]ismatch|\bmust\b|not supported|[Uu]nsupported|[Aa]rgument|[Uu]sage|"
+                      r"NULL|\bnull\b|out of range|[Ee]xceed|too (many|large|small|old)|[Rr]equire|[Aa]ttempt|"
+                      r"[Ww]rong|not allowed|not a valid|[Ii]llegal|[Ee]xpected|[Ss]hould|[Uu]nknown|"
+                      r"[Uu]nexpected|not (initialized|found)|[Cc]ould not find|[Dd]eprecated|[Gg]roup|[Ss]chedule|"
+                      r"NCCL_[A-Z_]+=|[Ii]gnor|larger than|[Ss]et NCCL_|^PARAM:|[Pp]olicy|not a member|valid"),
+    ("ras", r"\bRAS\b"),
+))
+# Path under src/ (or an absolute RCCL path) -> family, for WARNs whose text names no subsystem.
+_FILE_FAMILIES = (
+    ("net_ib", "ib"), ("ibv", "ib"), ("mlx5", "ib"), ("gdaki", "ib"),
+    ("socket", "socket"), ("shm", "shm"), ("p2p", "p2p"), ("nvls", "nvls"), ("proxy", "proxy"),
+    ("bootstrap", "bootstrap"), ("graph/", "topology"), ("xml", "topology"), ("topo", "topology"),
+    ("nvmlwrap", "topology"), ("mnnvl", "topology"), ("enqueue", "invalid_usage"), ("argcheck", "invalid_usage"),
+    ("collectives", "invalid_usage"), ("alloc", "alloc"), ("mem_manager", "alloc"), ("register", "alloc"),
+    ("cudawrap", "cuda"), ("strongstream", "cuda"), ("gdrwrap", "cuda"), ("plugin/", "net"), ("net.c", "net"),
+    ("coll_net", "net"), ("gin", "net"), ("rma", "net"), ("ras/", "ras"),
+)
+_ERRNO_TEXT_RE = re.compile(r"(?:failed|error|returned)(?: with error)?\s*:?\s*(?:-?\d+\s*)?\(?"
+                            r"([A-Z][A-Za-z' ]*[a-z])\)?\.?\s*$")
+_CALL_RE = re.compile(r"Call to (\S+?)(?:\(\))? failed")
+_QUOTED_RE = re.compile(r"'([^']*)'")
+_CUDA_CODE_RE = re.compile(r"(?:Cuda failure|CUDA error|error) (\d+)")
+_IB_FIELDS_RE = (("status", re.compile(r"status=(\w+)|with error (\d+),")), ("opcode", re.compile(r"opcode=(\w+)")),
+                 ("vendor_err", re.compile(r"vendor[_ ]err[= ](\d+)")), ("hca", re.compile(r"\bhca (\S+)")))
+
+
+def _warn_family(body: str) -> str:
+    for family, rx in _WARN_FAMILIES:
+        if rx.search(body):
+            return family
+    return "other"
+
+
+def _file_family(path: str) -> str | None:
+    for needle, family in _FILE_FAMILIES:
+        if needle in path:
+            return family
+    return None
+
+
+def _warn_fields(family: str, body: str) -> dict[str, Any]:
+    """Family fields read from a WARN text that the grammar does not type."""
+    fields: dict[str, Any] = {}
+    m = _PEER_RE.search(body)
+    if m:
+        fields["peer"] = m[1]
+    m = _ERRNO_TEXT_RE.search(body)
+    if m:
+        fields["errno_text"] = m[1]
+    m = _CALL_RE.search(body)
+    if m:
+        fields["call"] = m[1]
+    if family in ("cuda", "nvls"):
+        m = _QUOTED_RE.search(body)
+        if m:
+            fields["cuda_error"] = m[1]
+        m = _CUDA_CODE_RE.search(body)
+        if m:
+            fields["cuda_code"] = int(m[1])
+    elif family == "ib":
+        for name, rx in _IB_FIELDS_RE:
+            m = rx.search(body)
+            if m:
+                value = next(v for v in m.groups() if v is not None)
+                fields[name] = int(value) if value.isdigit() else value
+    if body.startswith("Bootstrap : no socket interface") or body.startswith("NET/Socket : No usable listening"):
+        fields["reason"] = "no_interface"
+    elif body.startswith("Failed to initialize any NET plugin"):
+        fields["reason"] = "no_net_plugin"
+    return fields
+
+
+# --------------------------------------------------------------------------------------------------
+# Body -> (kind, rank, fields) with a bounded cache: ranks repeat each other's messages.
+Parsed = tuple[str, "int | None", dict[str, Any]]
+
+
+def _split_rank(kind: str, fields: dict[str, Any]) -> Parsed:
+    rank = fields.pop("rank", None)
+    return kind, rank, fields
+
+
+def _info_body(body: str) -> Parsed:
+    body = body.strip()  # topology dump lines are indented by depth; some fmts end in a space
+    start = _start_for(body)
+    loc = None
+    if start is None:
+        m = _LOC_RE.match(body)
+        if m:
+            rest = m["rest"]
+            if rest.startswith("->"):
+                start = "error_trace"
+            else:  # "%s:%d <msg>" and the 2.30.7 *_LOC macros: type the message after the location
+                loc = {"file": m["file"], "src_line": int(m["line"]), "function": m["func"]}
+                start = _start_for(rest)
+                body = rest
+    parsed = _run(start, body) if start else None
+    if parsed is None:
+        kind, fields = "nccl.info", {}
+    else:
+        kind, fields = parsed
+        if kind.startswith("nccl.warn."):  # a WARN text logged as INFO under NOWARN (expected failure)
+            fields["nowarn"] = kind[len("nccl.warn."):]
+            kind = "nccl.info"
+    if loc:
+        fields.update(loc)
+    return _split_rank(kind, fields)
+
+
+def _warn_body(body: str) -> Parsed:
+    word = body.partition(" ")[0]
+    start = "cuda_failure" if word == "Cuda" else "duplicate_gpu" if word == "Duplicate" else None
+    parsed = _run(start, body) if start else None
+    if parsed is not None:
+        kind, fields = parsed
+        return _split_rank(kind, fields)
+    family = _warn_family(body)
+    return "nccl.warn." + family, None, _warn_fields(family, body)
+
+
+@lru_cache(maxsize=_CACHE_SIZE)
+def parse_body(level: str, body: str) -> Parsed:
+    """(kind, rank stated by the body, fields) for one NCCL message body; cached, treat as read-only."""
+    if level == "INFO":
+        kind, rank, fields = _info_body(body)
+    elif level == "WARN":
+        kind, rank, fields = _warn_body(body)
+    elif level == "CALL":
+        parsed = _run("call", body)
+        kind, fields = parsed if parsed else ("nccl.call", {})
+        rank = None
+    elif level == "ABORT":  # <= 2.6 NCCL_DEBUG=ABORT: the process calls abort() right after
+        kind, rank, fields = "nccl.abort", None, {"process_abort": True}
+    else:
+        kind, rank, fields = "nccl.trace", None, {}
+    fields["level"] = level
+    fields["msg"] = body
+    return kind, rank, fields
+
+
+# --------------------------------------------------------------------------------------------------
+class NcclParser:
+    """Per-stream NCCL line parser (ARCHITECTURE.md "Parser contract")."""
+
+    __slots__ = ("_pending", "_pending_left")
+
+    def __init__(self) -> None:
+        self._pending: Event | None = None  # a WARN whose text continues on unprefixed lines
+        self._pending_left = 0
+
+    def feed(self, line: Line) -> list[Event] | None:
+        """Events for ``line``; None when it is not an NCCL line, [] while a multi-line WARN is open."""
+        text = line.text
+        out: list[Event] = []
+        split = _split(text) if "NCCL " in text else None
+        if self._pending is not None:
+            if split is None:
+                return self._continue(line)
+            out.append(self._close())
+        if split is None:
+            if "NCCL" not in text:
+                return out or None
+            event = self._bare(line)
+            if event is not None:
+                out.append(event)
+            return out or None
+        head, level, body = split
+        time, host, pid, tid, dev, millis, file, fline, func = head
+        kind, rank, cached = parse_body(level, body)
+        fields = dict(cached)
+        if file is not None:
+            if level == "TRACE":  # "millis func:line" (TRACE builds)
+                fields["function"], fields["src_line"] = file, fline
+            else:
+                fields["file"], fields["src_line"], fields["function"] = file, fline, func
+                if kind == "nccl.warn.other":
+                    family = _file_family(file)
+                    if family:
+                        kind = "nccl.warn." + family
+        if millis is not None:
+            fields["millis"] = millis
+        event = Event(kind=kind, path=line.path, line=line.lineno, text=line.raw, host=host, pid=pid, tid=tid,
+                      rank=line.rank if rank is None else rank, cuda_dev=dev, time=time or line.time, fields=fields)
+        if level == "WARN" and body.startswith(_CONTINUED_PREFIXES):
+            self._pending, self._pending_left = event, _continued_lines(body)
+            return out
+        out.append(event)
+        return out
+
+    def flush(self) -> list[Event]:
+        """Close a WARN still waiting for its continuation lines (end of input)."""
+        return [self._close()] if self._pending is not None else []
+
+    # -- helpers
+    def _bare(self, line: Line) -> Event | None:
+        """Version banner without prefix, or an NCCL-looking line whose prefix is odd (nccl.unparsed)."""
+        m = _BANNER_RE.match(line.text)
+        if m:
+            parsed = _run("banner", m["body"])
+            if parsed is not None:
+                kind, fields = parsed
+                fields["level"] = "VERSION"
+                ts = (m["ts"] or "").strip().strip("[]")
+                return Event(kind=kind, path=line.path, line=line.lineno, text=line.raw, rank=line.rank,
+                             time=ts or line.time, fields=fields)
+        lm = _LOOSE_RE.search(line.text)
+        if lm is None:
+            return None
+        return Event(kind="nccl.unparsed", path=line.path, line=line.lineno, text=line.raw, rank=line.rank,
+                     time=line.time, fields={"level": lm[1], "msg": line.text[lm.end():].strip()})
+
+    def _continue(self, line: Line) -> list[Event]:
+        pending = self._pending
+        assert pending is not None
+        pending.fields.setdefault("lines", [pending.text]).append(line.raw)
+        pending.fields["msg"] += "\n" + line.text
+        pending.fields["end_line"] = line.lineno
+        self._pending_left -= 1
+        return [self._close()] if self._pending_left <= 0 else []
+
+    def _close(self) -> Event:
+        pending = self._pending
+        assert pending is not None
+        self._pending = None
+        end = pending.fields.pop("end_line", None)
+        if end is None:
+            return pending
+        return Event(kind=pending.kind, path=pending.path, line=pending.line, text=pending.text, host=pending.host,
+                     pid=pending.pid, tid=pending.tid, rank=pending.rank, cuda_dev=pending.cuda_dev,
+                     time=pending.time, fields=pending.fields, end_line=end)
+
+
+_CONTINUED_PREFIXES = tuple(prefix for prefix, _ in _CONTINUED_WARNS)
+
+Head = tuple  # (time, host, pid, tid, dev, millis, file, src_line, function), ints already converted
+_HEADS: dict[str, Head | None] = {}
+
+
+def _read_head(head: str) -> Head | None:
+    """The prefix fields of one "{ts}host:pid:tid [dev] [file:line [(func)]]" head, or None."""
+    m = _HEAD_RE.match(head)
+    if m is None:
+        return None
+    ts, host, pid, tid, dev, millis, file, fline, func = m.groups()
+    return (ts.strip().strip("[]") or None, host, int(pid), int(tid), None if dev is None else int(dev),
+            None if millis is None else float(millis), file, None if fline is None else int(fline), func)
+
+
+def _split(text: str) -> tuple[Head, str, str] | None:
+    """(head fields, level, body) of an NCCL-prefixed line; same answer as PREFIX_RE, faster."""
+    i = text.find(" NCCL ")
+    if i > 0:
+        level, _, body = text[i + 6:].partition(" ")
+        if level in _LEVELS:
+            key = text[:i]
+            try:
+                head = _HEADS[key]
+            except KeyError:
+                if len(_HEADS) >= _CACHE_SIZE:
+                    _HEADS.clear()
+                head = _HEADS[key] = _read_head(key)
+            if head is not None:
+                return head, level, body
+    m = PREFIX_RE.match(text)  # " NCCL " occurs earlier than the real prefix (or not at all)
+    if m is None:
+        return None
+    return _read_head(text[:m.start("level") - 6]), m["level"], m["body"] or ""
+
+
+def _continued_lines(body: str) -> int:
+    for prefix, count in _CONTINUED_WARNS:
+        if body.startswith(prefix):
+            return count
+    return 0
