@@ -292,6 +292,9 @@ class Diagnosis:
     warnings: list[str] = field(default_factory=list)
     events_sample: list[Event] = field(default_factory=list)  # capped; for the HTML events table
     timeline: list[dict[str, Any]] = field(default_factory=list)
+    # Set by redact.redact_diagnosis(); neither is part of to_dict() (CONTRACT.md stays as it is).
+    redacted: bool = False  # hostnames, IPs, user names, e-mails replaced; renderers must not re-read inputs
+    excerpts: dict[tuple[str, int], list[tuple[int, str]]] | None = None  # (path, line) -> [(lineno, raw)]
 
     def to_dict(self) -> dict[str, Any]:
         return {
