@@ -686,9 +686,194 @@ def _warn_body(body: str) -> Parsed:
     return "nccl.warn." + family, None, _warn_fields(family, body)
 
 
+# --------------------------------------------------------------------------------------------------
+# Shape cache. Ranks repeat each other's messages with other numbers ("Channel 00/1 : 503[7] -> 504[0] via
+# P2P/CUMEM/read"), so an exact-body cache misses on big jobs and Lark would run on most lines. A body's
+# *shape* is the body with every number token replaced; the first body of a shape is parsed twice, once as
+# it is and once with each number replaced by a unique sentinel, which shows where every field value comes
+# from. When rebuilding the real body's fields from that map gives exactly Lark's answer, later bodies of
+# the shape are built from the map alone (a regex pass and a dict build); otherwise the shape always goes
+# to Lark. Correctness never depends on the map: it is only used after it reproduced a real parse.
+# One pass gives shape and tokens. No look-around (it doubles the cost); digits inside words ("eth0") become
+# tokens too, which only makes the shape more general: the sentinel probe says what they mean.
+_NUM_SPLIT_RE = re.compile(r"(0x[0-9a-fA-F]+|\d+)")
+_SENTINEL_RE = re.compile(r"7\d{6}")
+_UNCACHEABLE = object()
+
+
+def _sentinel(i: int, tok: str) -> str:
+    return ("0x7%06d" if tok.startswith("0x") else "7%06d") % i
+
+
+def _leaf_template(real: Any, probe: Any, sentinels: dict[str, int]) -> Any:
+    """How to rebuild one field value: ("const", v), ("str"|"int"|"float", fmt with {i}), ("hex", i),
+    ("list"/"dict", children); _UNCACHEABLE when the value depends on the numbers in an untraceable way."""
+    if isinstance(real, (list, tuple)):
+        if not isinstance(probe, (list, tuple)) or len(real) != len(probe):
+            return _UNCACHEABLE
+        kids = [_leaf_template(a, b, sentinels) for a, b in zip(real, probe)]
+        return _UNCACHEABLE if any(k is _UNCACHEABLE for k in kids) else ("list", kids, type(real))
+    if isinstance(real, dict):
+        if not isinstance(probe, dict) or real.keys() != probe.keys():
+            return _UNCACHEABLE
+        kids = {k: _leaf_template(real[k], probe[k], sentinels) for k in real}
+        return _UNCACHEABLE if any(v is _UNCACHEABLE for v in kids.values()) else ("dict", kids)
+    if isinstance(probe, bool) or probe is None or not isinstance(probe, (str, int, float)):
+        return ("const", real) if real == probe else _UNCACHEABLE
+    text = str(probe)
+    if isinstance(probe, int) and text not in sentinels:
+        hex_key = "0x7%06d" % (int("%x" % probe) - 7000000) if "%x" % probe in _HEX_SENTINELS else None
+        if hex_key in sentinels:
+            return ("hex", sentinels[hex_key])
+    if not _SENTINEL_RE.search(text):
+        return ("const", real) if real == probe else _UNCACHEABLE
+    unknown = [m for m in _SENTINEL_RE.findall(text) if m not in sentinels]
+    if unknown:
+        return _UNCACHEABLE
+    fmt = _SENTINEL_RE.sub(lambda m: "{%d}" % sentinels[m.group(0)], text.replace("{", "{{").replace("}", "}}"))
+    return (type(probe).__name__, fmt) if type(probe) in (str, int, float) else _UNCACHEABLE
+
+
+_HEX_SENTINELS = frozenset("7%06d" % i for i in range(1000))
+
+
+def _build(tpl: Any, nums: list[str]) -> Any:
+    tag = tpl[0]
+    if tag == "const":
+        return tpl[1]
+    if tag == "str":
+        return tpl[1].format(*nums)
+    if tag == "int":
+        return int(tpl[1].format(*nums))
+    if tag == "float":
+        return float(tpl[1].format(*nums))
+    if tag == "hex":
+        return int(nums[tpl[1]], 16)
+    if tag == "list":
+        return tpl[2](_build(k, nums) for k in tpl[1])
+    return {k: _build(v, nums) for k, v in tpl[1].items()}
+
+
+class _FieldsBuilder:
+    """A compiled shape template: constant fields copied, number-derived fields filled from the tokens."""
+
+    __slots__ = ("kind", "rank", "consts", "ints", "fmts", "nested")
+
+    def __init__(self, kind: str, rank_tpl: Any, fields_tpl: dict[str, Any]):
+        self.kind = kind
+        self.rank = rank_tpl
+        self.consts: dict[str, Any] = {}
+        self.ints: list[tuple[str, int]] = []  # field = int(token i), the common case
+        self.fmts: list[tuple[str, str]] = []  # field = str template of tokens
+        self.nested: list[tuple[str, Any]] = []
+        for key, tpl in fields_tpl.items():
+            if key == "msg":
+                continue  # always the body itself
+            if tpl[0] == "const":
+                self.consts[key] = tpl[1]
+            elif tpl[0] == "int" and _DIRECT_RE.fullmatch(tpl[1]):
+                self.ints.append((key, int(tpl[1][1:-1])))
+            elif tpl[0] == "str":
+                self.fmts.append((key, tpl[1]))
+            else:
+                self.nested.append((key, tpl))
+
+    def build(self, body: str, nums: list[str]) -> Parsed:
+        fields = self.consts.copy()
+        for key, i in self.ints:
+            fields[key] = int(nums[i])
+        if self.fmts:
+            for key, fmt in self.fmts:
+                fields[key] = fmt.format(*nums)
+        if self.nested:
+            for key, tpl in self.nested:
+                fields[key] = _build(tpl, nums)
+        fields["msg"] = body
+        rank = self.rank
+        if rank[0] == "const":
+            return self.kind, rank[1], fields
+        return self.kind, _build(rank, nums), fields
+
+
+_DIRECT_RE = re.compile(r"\{\d+\}")
+_SHAPES: dict[str, Any] = {}
+
+
+def _parse_shaped(level: str, body: str) -> Parsed:
+    """parse_body through the shape cache (INFO bodies only; see the comment above)."""
+    parts = _NUM_SPLIT_RE.split(body)
+    nums = parts[1::2]
+    if not nums or len(nums) > 999:
+        kind, rank, fields = parse_body(level, body)
+        return kind, rank, dict(fields)
+    shape = "\x00".join(parts[::2])
+    builder = _SHAPES.get(shape)
+    if builder is None:
+        real = parse_body(level, body)
+        builder = _learn_shape(level, body, nums, real)
+        if len(_SHAPES) >= _CACHE_SIZE:
+            _SHAPES.clear()
+        _SHAPES[shape] = builder
+        return real[0], real[1], dict(real[2])
+    if builder is _UNCACHEABLE:
+        kind, rank, fields = parse_body(level, body)
+        return kind, rank, dict(fields)
+    return builder.build(body, nums)
+
+
+def _learn_shape(level: str, body: str, nums: list[str], real: Parsed) -> Any:
+    """A _FieldsBuilder for ``body``'s shape, or _UNCACHEABLE.
+
+    Two probes: every token replaced by a unique sentinel (shows where each value comes from), and every
+    token replaced by 1 (catches values derived from a token that happen to equal the sentinel's, such as
+    a flag ``count > 0``). A field is constant only if all three parses agree on it.
+    """
+    sentinels = {_sentinel(i, tok): i for i, tok in enumerate(nums)}
+    probe = _uncached_body(level, _NUM_SPLIT_RE.sub(_Counter(nums), body))
+    ones = _uncached_body(level, _NUM_SPLIT_RE.sub(_one, body))
+    if probe[0] != real[0]:
+        return _UNCACHEABLE
+    rank_tpl = _leaf_template(real[1], probe[1], sentinels)
+    real_fields = {k: v for k, v in real[2].items() if k != "msg"}
+    fields_tpl = _leaf_template(real_fields, {k: v for k, v in probe[2].items() if k != "msg"}, sentinels)
+    if rank_tpl is _UNCACHEABLE or fields_tpl is _UNCACHEABLE:
+        return _UNCACHEABLE
+    candidate = _FieldsBuilder(real[0], rank_tpl, fields_tpl[1])
+    if candidate.build(body, nums) != real:
+        return _UNCACHEABLE
+    if ones[0] == real[0]:
+        ones_nums = ["0x1" if tok.startswith("0x") else "1" for tok in nums]
+        ones_body = _NUM_SPLIT_RE.sub(_one, body)
+        if candidate.build(ones_body, ones_nums) != ones:
+            return _UNCACHEABLE
+    return candidate
+
+
+def _one(m: re.Match) -> str:
+    return "0x1" if m.group(0).startswith("0x") else "1"
+
+
+class _Counter:
+    """re.sub callback numbering the number tokens with sentinels, in order."""
+
+    __slots__ = ("i", "nums")
+
+    def __init__(self, nums: list[str]):
+        self.i = -1
+        self.nums = nums
+
+    def __call__(self, m: re.Match) -> str:
+        self.i += 1
+        return _sentinel(self.i, m.group(0))
+
+
 @lru_cache(maxsize=_CACHE_SIZE)
 def parse_body(level: str, body: str) -> Parsed:
     """(kind, rank stated by the body, fields) for one NCCL message body; cached, treat as read-only."""
+    return _uncached_body(level, body)
+
+
+def _uncached_body(level: str, body: str) -> Parsed:
     if level == "INFO":
         kind, rank, fields = _info_body(body)
     elif level == "WARN":
@@ -734,8 +919,11 @@ class NcclParser:
             return out or None
         head, level, body = split
         time, host, pid, tid, dev, millis, file, fline, func = head
-        kind, rank, cached = parse_body(level, body)
-        fields = dict(cached)
+        if level == "INFO":
+            kind, rank, fields = _parse_shaped(level, body)  # fields: a fresh dict
+        else:
+            kind, rank, cached = parse_body(level, body)
+            fields = dict(cached)
         if file is not None:
             if level == "TRACE":  # "millis func:line" (TRACE builds)
                 fields["function"], fields["src_line"] = file, fline
