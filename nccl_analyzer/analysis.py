@@ -1,0 +1,199 @@
+"""The whole pipeline: sources -> events -> job model + rule engine -> Diagnosis (batch and incremental)."""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from .classify import EventStream
+from .diagnose import diagnose, pick_root
+from .engine.loader import Rule, load_rules
+from .engine.run import Hit, Matcher, make_fix, render_template
+from .job import JobBuilder, time_key
+from .model import Diagnosis, Event, InputInfo, Line, RootCause
+from .sources import Source, clean_line, expand_inputs, iter_source
+
+#: Events kept for the HTML events table (the non-INFO ones first seen).
+SAMPLE_CAP = 300
+TIMELINE_CAP = 400
+_QUIET_KINDS = ("nccl.info", "nccl.transport", "nccl.env", "torch.log", "text", "nccl.call", "nccl.error.trace")
+
+
+class Analyzer:
+    """Incremental analysis: feed lines (from several sources, interleaved or not), ask for a provisional
+    verdict at any time, finish to get the ``Diagnosis``.
+
+    Args:
+        rules_dirs: extra rule folders (after the built-in ones).
+        rules: use exactly these rules instead of loading any.
+        env_rules: an ``os.pathsep`` list of further rule folders (the CLI passes NCCL_ANALYZER_RULES).
+        keep_text: have the parsers return ``text`` events too (for events export).
+    """
+
+    def __init__(self, rules_dirs: Iterable[str] = (), rules: list[Rule] | None = None, env_rules: str | None = None,
+                 keep_text: bool = False):
+        self.rules = list(rules) if rules is not None else load_rules(tuple(rules_dirs), env_dirs=env_rules)
+        self.builder = JobBuilder()
+        self.matcher = Matcher(self.rules)
+        self._streams: dict[str, Any] = {}
+        self._sources: list[Source] = []
+        self._keep_text = keep_text
+        self._sample: list[Event] = []
+        self._lines: dict[str, int] = {}
+        self._prov: RootCause | None = None
+        self._prov_dirty = True
+        self._finished: Diagnosis | None = None
+
+    # -- input ----------------------------------------------------------------------------------------------
+    def add_sources(self, sources: list[Source]) -> None:
+        """Register sources (their line counts and warnings go into ``Diagnosis.inputs``)."""
+        self._sources.extend(sources)
+
+    def feed(self, line: Line) -> list[Event]:
+        """Parse one line (one parser state per source path) and fold its events into the analysis."""
+        stream = self._streams.get(line.path)
+        if stream is None:
+            stream = self._streams[line.path] = EventStream(keep_text=self._keep_text)
+        self._lines[line.path] = max(self._lines.get(line.path, 0), line.lineno)
+        events = stream.feed(line)
+        for ev in events:
+            self.add_event(ev)
+        return events
+
+    def add_event(self, ev: Event) -> None:
+        """Fold an already-parsed event (e.g. from an events export) into the job model and matcher."""
+        self.builder.add(ev)
+        self.matcher.add(ev)
+        self._prov_dirty = True
+        if len(self._sample) < SAMPLE_CAP and not ev.kind.startswith(_QUIET_KINDS):
+            self._sample.append(ev)
+
+    def run_source(self, src: Source) -> None:
+        """Read a whole source (streaming) and close its parser state."""
+        for line in iter_source(src):
+            self.feed(line)
+        self.flush(src.path)
+
+    def flush(self, path: str | None = None) -> list[Event]:
+        """Close multi-line events still open (a traceback at the end of a file)."""
+        out: list[Event] = []
+        for p, stream in list(self._streams.items()):
+            if path is None or p == path:
+                for ev in stream.flush():
+                    self.add_event(ev)
+                    out.append(ev)
+        return out
+
+    # -- verdicts -------------------------------------------------------------------------------------------
+    def provisional(self) -> RootCause | None:
+        """The current best root cause (cheap: recomputed only when a root-capable rule saw a new event)."""
+        if not self.matcher.dirty and not self._prov_dirty:
+            return self._prov
+        if not self.matcher.dirty and self._prov is None:
+            self._prov_dirty = False
+            return None
+        self.builder.build()
+        hits = self.matcher.hits(self.builder)
+        best, _ = pick_root(hits, self.builder)
+        self._prov_dirty = False
+        if best is None:
+            self._prov = None
+            return None
+        self._prov = RootCause(id=best.rule.taxonomy, title=render_template(best.rule.title, best.bound) or best.rule.title,
+                               confidence=best.rule.confidence, ranks=best.ranks, hosts=best.hosts,
+                               evidence=best.evidence, explanation=best.rule.description,
+                               fix=make_fix(best.rule, best.bound), rule=best.rule.id)
+        return self._prov
+
+    def hits(self) -> list[Hit]:
+        """All rule hits so far."""
+        self.builder.build()
+        return self.matcher.hits(self.builder)
+
+    def finish(self) -> Diagnosis:
+        """Flush the parsers, decide root cause and cascade, return the ``Diagnosis``."""
+        if self._finished is not None:
+            return self._finished
+        self.flush()
+        job = self.builder.build()
+        hits = self.matcher.hits(self.builder)
+        verdict = diagnose(hits, self.builder)
+        inputs, warnings = self._inputs()
+        stats = {
+            "lines": sum(i.lines for i in inputs),
+            "events": self.builder.events,
+            "kinds": dict(sorted(self.builder.kinds.items())),
+            "unparsed": sum(getattr(s, "counts", {}).get("text", 0) for s in self._streams.values()),
+            "rules": len(self.rules),
+            "rule_hits": len(hits),
+        }
+        sample = sorted(self._sample, key=lambda e: (e.path, e.line))
+        timeline = []
+        for r, info in sorted(job.ranks.items()):
+            for entry in info.timeline:
+                timeline.append({"rank": r, **entry})
+        timeline.sort(key=lambda e: (time_key(e.get("time")) or 0.0, str(e.get("path")), int(e.get("line") or 0)))
+        self._finished = Diagnosis(inputs=inputs, root_cause=verdict.root, findings=verdict.findings, job=job,
+                                   cascade=verdict.cascade, stats=stats, warnings=warnings, events_sample=sample,
+                                   timeline=timeline[:TIMELINE_CAP])
+        return self._finished
+
+    def _inputs(self) -> tuple[list[InputInfo], list[str]]:
+        warnings: list[str] = []
+        out: list[InputInfo] = []
+        seen = set()
+        for s in self._sources:
+            seen.add(s.path)
+            out.append(InputInfo(path=s.path, lines=max(s.lines, self._lines.get(s.path, 0)), warnings=tuple(s.warnings)))
+            warnings.extend(f"{s.path}: {w}" for w in s.warnings)
+        for p, n in self._lines.items():
+            if p not in seen:
+                out.append(InputInfo(path=p, lines=n))
+        return out, warnings
+
+
+def analyze(specs: list[str] | tuple[str, ...], rules_dirs: Iterable[str] = (), stdin_name: str = "-",
+            rules: list[Rule] | None = None, env_rules: str | None = None) -> Diagnosis:
+    """Analyze files, folders, globs, ``.gz`` or ``-`` (stdin) and return the diagnosis.
+
+    Args:
+        specs: input specs as the CLI takes them.
+        rules_dirs: extra rule folders.
+        stdin_name: the name standard input gets in evidence.
+        rules: exact rule set (skips loading).
+        env_rules: NCCL_ANALYZER_RULES value, read by the caller.
+
+    Raises:
+        InputError: missing or unreadable input.
+        RuleError: an invalid rule file.
+    """
+    sources = expand_inputs(list(specs), stdin_name=stdin_name)
+    a = Analyzer(rules_dirs=rules_dirs, rules=rules, env_rules=env_rules)
+    a.add_sources(sources)
+    for src in sources:
+        a.run_source(src)
+    return a.finish()
+
+
+def lines_of_text(text: str, name: str = "-") -> list[Line]:
+    """Clean ``Line`` objects for an in-memory log (as if read from a file called ``name``)."""
+    src = Source(path=name, real=None)
+    body = text.encode("utf-8")
+    raw = body.splitlines(keepends=True)
+    return [clean_line(b, src, i) for i, b in enumerate(raw, 1)]
+
+
+def analyze_text(text: str, rules: list[Rule] | None = None, rules_dirs: Iterable[str] = (),
+                 name: str = "-") -> Diagnosis:
+    """``analyze`` for an in-memory log (tests, rule examples)."""
+    a = Analyzer(rules_dirs=rules_dirs, rules=rules)
+    for line in lines_of_text(text, name):
+        a.feed(line)
+    return a.finish()
+
+
+def hits_for_text(text: str, rules: list[Rule], name: str = "-") -> list[Hit]:
+    """Rule hits for an in-memory log, through the full pipeline (used to check rule examples)."""
+    a = Analyzer(rules=rules)
+    for line in lines_of_text(text, name):
+        a.feed(line)
+    a.flush()
+    return a.hits()

@@ -1,0 +1,247 @@
+"""Rule hits + job model -> one root cause, its symptoms and cascade, per-rank roles and a confidence."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .engine.run import EVIDENCE_CAP, Hit, make_fix, render_template
+from .model import Evidence, Finding, RootCause
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .job import JobBuilder
+
+_ROLE_ORDER = {"root": 0, "symptom": 1, "cascade": 2}
+#: Two root candidates closer than this in rule confidence are told apart by which came first in time.
+CLOSE = 0.1
+
+
+@dataclass(slots=True)
+class Verdict:
+    """What ``diagnose`` decided."""
+
+    root: RootCause | None
+    findings: list[Finding]
+    cascade: list[Finding]
+    root_hit: Hit | None = None
+
+
+def explains(a: Hit, b: Hit) -> bool:
+    """Whether hit ``a`` (a cause) accounts for hit ``b``: ``a``'s rule lists ``b``'s rule id or taxonomy id."""
+    if a.rule.taxonomy == b.rule.taxonomy:
+        return False
+    ex = a.rule.explains
+    return b.rule.id in ex or b.rule.taxonomy in ex
+
+
+def _before(a: Hit, b: Hit) -> bool:
+    if a.time is not None and b.time is not None and a.time != b.time:
+        return a.time < b.time
+    return a.seq < b.seq if a.key is not None and b.key is not None and a.key.path == b.key.path else False
+
+
+def _lagging(builder: "JobBuilder") -> set[int]:
+    """Ranks the job model says stopped advancing: desync-named, or behind their peers' last collective."""
+    out = set(builder.lagging)
+    pos: dict[int, float] = {}
+    for r, c in builder.collectives.items():
+        v = c.get("last_completed")
+        if v is None and c.get("seq") is not None:
+            v = float(c["seq"]) - 1
+        if v is not None:
+            try:
+                pos[r] = float(v)
+            except (TypeError, ValueError):
+                continue
+    if len(set(pos.values())) > 1:
+        lo = min(pos.values())
+        out |= {r for r, v in pos.items() if v == lo}
+    return out
+
+
+def pick_root(hits: list[Hit], builder: "JobBuilder") -> tuple[Hit | None, list[Hit]]:
+    """The root-cause hit among root-capable hits, and the unexplained competitors it beat.
+
+    A candidate explained by another (and not explaining it back) is out. Among the rest: highest rule
+    confidence, a small bonus when the job model independently blames the same ranks (lagging / no
+    progress), and between close candidates the one that happened first.
+    """
+    roots = [h for h in hits if h.rule.role == "root"]
+    if not roots:
+        return None, []
+    dominated = {id(b) for b in roots for a in roots if a is not b and explains(a, b) and not explains(b, a)}
+    cands = [h for h in roots if id(h) not in dominated] or roots
+    lag = _lagging(builder)
+
+    def score(h: Hit) -> float:
+        s = h.rule.confidence
+        if lag and h.ranks and set(h.ranks) & lag:
+            s += 0.05
+        return s
+
+    cands.sort(key=lambda h: (-score(h), h.time if h.time is not None else float("inf"), h.seq, h.rule.id))
+    best = cands[0]
+    for h in cands[1:]:
+        if score(h) >= score(best) - CLOSE and h.rule.taxonomy != best.rule.taxonomy and _before(h, best) \
+                and not explains(best, h):
+            best = h
+    competitors = [h for h in cands if h is not best and h.rule.taxonomy != best.rule.taxonomy
+                   and not explains(best, h)]
+    return best, competitors
+
+
+def _merge_evidence(first: tuple[Evidence, ...], more: list[Hit]) -> tuple[Evidence, ...]:
+    out = list(first)
+    seen = {(e.path, e.line) for e in out}
+    for h in more:
+        for e in h.evidence[:2]:
+            if (e.path, e.line) not in seen and len(out) < EVIDENCE_CAP:
+                out.append(e)
+                seen.add((e.path, e.line))
+    return tuple(out)
+
+
+def diagnose(hits: list[Hit], builder: "JobBuilder") -> Verdict:
+    """Choose the root cause, label every other hit symptom/cascade, fill ``RankInfo.role``.
+
+    Args:
+        hits: every rule hit (``Matcher.hits``).
+        builder: the job model builder the hits were evaluated against (``build()`` already called).
+
+    Returns:
+        A ``Verdict``; ``root`` is None when no root-capable rule matched (a healthy log).
+    """
+    job = builder.job
+    best, competitors = pick_root(hits, builder)
+    if best is None:
+        findings = _findings(hits, None, builder)
+        _rank_roles(builder, (), findings)
+        return Verdict(None, findings, [f for f in findings if f.role == "cascade"])
+    same_tax = [h for h in hits if h is not best and h.rule.taxonomy == best.rule.taxonomy]
+    explained = [h for h in hits if explains(best, h)]
+    ranks = set(best.ranks)
+    same_rule = [h for h in same_tax if h.rule.id == best.rule.id]
+    for h in same_rule:
+        ranks |= set(h.ranks)
+    if not ranks:
+        for h in same_tax:
+            ranks |= set(h.ranks)
+    if not ranks and len(job.ranks) == 1:
+        ranks = set(job.ranks)
+    conf = best.rule.confidence
+    corroborating = {h.rule.id for h in same_tax if h.rule.id != best.rule.id}
+    conf += min(0.1, 0.05 * len(corroborating))
+    if explained:
+        conf += 0.03
+    lag = _lagging(builder)
+    if lag and ranks and ranks & lag:
+        conf += 0.03
+    close = [h for h in competitors if h.rule.confidence >= best.rule.confidence - 0.15]
+    conf -= 0.1 * len({h.rule.taxonomy for h in close})
+    conf = max(0.05, min(0.99, conf))
+    bound = dict(best.bound)
+    for h in same_tax:
+        for k, v in h.bound.items():
+            bound.setdefault(k, v)
+    hosts = set(best.hosts)
+    for r in ranks:
+        info = job.ranks.get(r)
+        if info is not None and info.host:
+            hosts.add(info.host)
+    gpus = []
+    for r in sorted(ranks):
+        info = job.ranks.get(r)
+        if info is not None and (info.bus_id or info.cuda_dev is not None):
+            gpus.append(f"{info.host or '?'}:cuda{info.cuda_dev if info.cuda_dev is not None else '?'}"
+                        + (f" (busId {info.bus_id})" if info.bus_id else ""))
+    explanation = render_template(best.rule.description, bound) or best.rule.description
+    explanation += _story(best, ranks, explained, builder)
+    title = render_template(best.rule.title, bound) or best.rule.title
+    root = RootCause(id=best.rule.taxonomy, title=title, confidence=conf, ranks=tuple(sorted(ranks)),
+                     hosts=tuple(sorted(hosts)), evidence=_merge_evidence(best.evidence, same_tax),
+                     explanation=explanation, fix=make_fix(best.rule, bound), rule=best.rule.id, gpus=tuple(gpus))
+    findings = _findings(hits, best, builder, root_ranks=ranks)
+    _rank_roles(builder, tuple(sorted(ranks)), findings)
+    return Verdict(root, findings, [f for f in findings if f.role == "cascade"], best)
+
+
+def _story(best: Hit, ranks: set[int], explained: list[Hit], builder: "JobBuilder") -> str:
+    """One or two sentences on how the failure spread across ranks."""
+    parts = []
+    if ranks:
+        who = ", ".join(str(r) for r in sorted(ranks))
+        hosts = sorted({builder.job.ranks[r].host for r in ranks if r in builder.job.ranks and builder.job.ranks[r].host})
+        parts.append(f" The failure started on rank{'s' if len(ranks) > 1 else ''} {who}"
+                     + (f" ({', '.join(hosts)})" if hosts else "") + ".")
+    victims = sorted({r for h in explained for r in (h.event_ranks or h.ranks) if r not in ranks})
+    if explained:
+        kinds = sorted({h.rule.taxonomy for h in explained})
+        if victims:
+            parts.append(f" Rank{'s' if len(victims) > 1 else ''} {', '.join(map(str, victims[:16]))} then failed as a "
+                         f"consequence ({', '.join(kinds)}); those are cascade, not causes.")
+        else:
+            parts.append(f" The other errors in the log ({', '.join(kinds)}) follow from it.")
+    first_obs = [e for e in builder.exits.values() if e.get("first_observed")]
+    if first_obs and ranks:
+        r = None
+        for rr, e in builder.exits.items():
+            if e.get("first_observed"):
+                r = rr
+        if r is not None and r not in ranks:
+            parts.append(f" torchrun's 'first observed failure' (rank {r}) is a victim, not the cause.")
+    return "".join(parts)
+
+
+def _role_for(h: Hit, best: Hit | None, root_ranks: set[int]) -> str:
+    if best is None:
+        return h.rule.role if h.rule.role != "root" else "symptom"
+    if h.rule.id == best.rule.id:
+        return "root"
+    if h.rule.taxonomy == best.rule.taxonomy:
+        return "symptom"
+    own = set(h.event_ranks or h.ranks)
+    if own and root_ranks and own <= root_ranks:
+        return "symptom"
+    if explains(best, h):
+        return "cascade"
+    return "cascade" if h.rule.role == "cascade" else "symptom"
+
+
+def _findings(hits: list[Hit], best: Hit | None, builder: "JobBuilder",
+              root_ranks: set[int] | None = None) -> list[Finding]:
+    """One finding per (rule, role): same-rule hits of several ranks merge."""
+    merged: dict[tuple[str, str], dict[str, Any]] = {}
+    for h in sorted(hits, key=lambda h: (h.rule.id, h.seq)):
+        role = _role_for(h, best, root_ranks or set())
+        slot = merged.get((h.rule.id, role))
+        if slot is None:
+            merged[(h.rule.id, role)] = {"hit": h, "ranks": set(h.event_ranks or h.ranks), "hosts": set(h.hosts),
+                                         "evidence": list(h.evidence)}
+        else:
+            slot["ranks"] |= set(h.event_ranks or h.ranks)
+            slot["hosts"] |= set(h.hosts)
+            for e in h.evidence[:1]:
+                if len(slot["evidence"]) < EVIDENCE_CAP and e not in slot["evidence"]:
+                    slot["evidence"].append(e)
+    out = []
+    for (rid, role), slot in merged.items():
+        h = slot["hit"]
+        f = h.finding(role=role)
+        out.append(Finding(rule=f.rule, id=f.id, role=role, title=f.title, severity=f.severity,
+                           confidence=f.confidence, ranks=tuple(sorted(slot["ranks"])),
+                           hosts=tuple(sorted(slot["hosts"])), evidence=tuple(slot["evidence"]),
+                           explanation=f.explanation, fix=f.fix, time=f.time, bound=f.bound))
+    out.sort(key=lambda f: (_ROLE_ORDER.get(f.role, 9), -round(f.confidence, 3), f.rule,
+                            (f.evidence[0].path, f.evidence[0].line) if f.evidence else ("", 0)))
+    return out
+
+
+def _rank_roles(builder: "JobBuilder", root_ranks: tuple[int, ...], findings: list[Finding]) -> None:
+    job = builder.job
+    touched = {r for f in findings for r in f.ranks}
+    for r, info in job.ranks.items():
+        if r in root_ranks:
+            info.role = "culprit"
+        elif r in touched or info.first_error is not None or (info.exit_code not in (None, 0)):
+            info.role = "victim" if root_ranks or findings else "healthy"
+        else:
+            info.role = "healthy"

@@ -1,0 +1,419 @@
+"""Event selectors (kind glob + field tests) and the named job-model predicates rules may call."""
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from ..model import Event
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..job import JobBuilder
+
+_NUM_OP = re.compile(r"^(>=|<=|>|<|==|!=)\s*(-?\d+(?:\.\d+)?)$")
+#: Fields computed from an event rather than read from ``Event.fields`` (see docs in the rule README).
+VIRTUAL_FIELDS = ("body", "text", "exc", "frames_text", "last_frame_file", "last_frame_func", "kind")
+
+
+class SelectorError(ValueError):
+    """A selector that does not compile; ``key`` names the offending field."""
+
+    def __init__(self, msg: str, key: str = ""):
+        super().__init__(msg)
+        self.key = key
+
+
+@dataclass(frozen=True, slots=True)
+class FieldTest:
+    """One ``field = value`` test: equality, ``~regex``, ``!~regex``, numeric ``>= N``, or any-of a list."""
+
+    field: str
+    op: str  # eq | ne | re | nre | num | any
+    value: Any = None
+    alts: tuple["FieldTest", ...] = ()
+
+    def check(self, ev: Event, memo: dict[str, Any]) -> dict[str, Any] | None:
+        """Captured named groups ({} when none) if the event passes; None if not."""
+        if self.op == "any":
+            for alt in self.alts:
+                got = alt.check(ev, memo)
+                if got is not None:
+                    return got
+            return None
+        v = field_value(ev, self.field, memo)
+        if self.op == "nre":
+            return {} if v is None or not self.value.search(str(v)) else None
+        if v is None:
+            return {} if self.op == "ne" else None
+        if self.op == "re":
+            m = self.value.search(str(v))
+            if not m:
+                return None
+            caps = {k: val for k, val in m.groupdict().items() if val is not None}
+            if self.field in ("body",):
+                caps["_match_text"] = m.group(0)
+            return caps
+        if self.op == "num":
+            op, num = self.value
+            try:
+                x = float(v)
+            except (TypeError, ValueError):
+                return None
+            ok = {">=": x >= num, "<=": x <= num, ">": x > num, "<": x < num, "==": x == num, "!=": x != num}[op]
+            return {} if ok else None
+        if self.op == "eq":
+            return {} if _eq(v, self.value) else None
+        if self.op == "ne":
+            return {} if not _eq(v, self.value) else None
+        return None
+
+
+def _eq(v: Any, want: Any) -> bool:
+    if isinstance(want, bool):
+        return bool(v) is want if isinstance(v, bool) else str(v).lower() == str(want).lower()
+    if isinstance(want, (int, float)):
+        try:
+            return float(v) == float(want)
+        except (TypeError, ValueError):
+            return False
+    return str(v) == str(want)
+
+
+@dataclass(frozen=True, slots=True)
+class Selector:
+    """Which events a rule slot accepts: a kind glob (or list of globs) and field tests."""
+
+    name: str
+    kinds: tuple[str, ...]
+    tests: tuple[FieldTest, ...] = ()
+    _kind_re: re.Pattern[str] | None = field(default=None, compare=False)
+
+    def accepts_kind(self, kind: str) -> bool:
+        """Whether the kind globs accept this event kind."""
+        return bool(self._kind_re.match(kind)) if self._kind_re is not None else True
+
+    def test(self, ev: Event, memo: dict[str, Any]) -> dict[str, Any] | None:
+        """Captured values if every field test passes, else None (the kind is checked by the caller)."""
+        caps: dict[str, Any] = {}
+        for t in self.tests:
+            got = t.check(ev, memo)
+            if got is None:
+                return None
+            caps.update(got)
+        return caps
+
+
+def _compile_test(name: str, value: Any) -> FieldTest:
+    if isinstance(value, list):
+        if not value:
+            raise SelectorError(f"field '{name}': empty list", name)
+        return FieldTest(name, "any", alts=tuple(_compile_test(name, v) for v in value))
+    if isinstance(value, str):
+        if value.startswith("!~") or value.startswith("~"):
+            neg = value.startswith("!~")
+            pat = value[2:] if neg else value[1:]
+            try:
+                rx = re.compile(pat)
+            except re.error as exc:
+                raise SelectorError(f"field '{name}': bad regex {pat!r}: {exc}", name) from exc
+            return FieldTest(name, "nre" if neg else "re", rx)
+        m = _NUM_OP.match(value)
+        if m:
+            return FieldTest(name, "num", (m.group(1), float(m.group(2))))
+        if value.startswith("!="):
+            return FieldTest(name, "ne", value[2:].strip())
+        return FieldTest(name, "eq", value)
+    if isinstance(value, (bool, int, float)):
+        return FieldTest(name, "eq", value)
+    raise SelectorError(f"field '{name}': use a string, number, boolean or a list of them", name)
+
+
+def compile_selector(sel: dict[str, Any], name: str) -> Selector:
+    """A ``[[match.all]]``-style table -> ``Selector``.
+
+    Raises:
+        SelectorError: a missing ``kind``, a bad glob or regex, an unsupported value.
+    """
+    kinds = sel.get("kind")
+    if isinstance(kinds, str):
+        kinds = [kinds]
+    if not kinds or not isinstance(kinds, list) or not all(isinstance(k, str) and k for k in kinds):
+        raise SelectorError("a selector needs 'kind' (a glob such as \"nccl.warn.*\", or a list of them)", "kind")
+    for k in kinds:
+        if not re.fullmatch(r"[a-z0-9_.*?\[\]-]+", k):
+            raise SelectorError(f"kind {k!r} is not a dotted event kind or glob", "kind")
+    kind_re = re.compile("|".join(fnmatch.translate(k) for k in kinds))
+    tests = []
+    for key, value in sel.items():
+        if key in ("kind", "label"):
+            continue
+        if not re.fullmatch(r"[A-Za-z_]\w*", key):
+            raise SelectorError(f"field name {key!r} is not an identifier", key)
+        tests.append(_compile_test(key, value))
+    return Selector(name=str(sel.get("label", name)), kinds=tuple(kinds), tests=tuple(tests), _kind_re=kind_re)
+
+
+# -- event field access -----------------------------------------------------------------------------------------
+def event_lines(ev: Event) -> list[str]:
+    """All verbatim lines of an event (multi-line events keep them in ``fields['lines']``)."""
+    lines = ev.fields.get("lines")
+    if isinstance(lines, (list, tuple)) and lines:
+        return [str(x) for x in lines]
+    return [ev.text]
+
+
+def field_value(ev: Event, name: str, memo: dict[str, Any] | None = None) -> Any:
+    """A field, an event attribute, or a virtual field (``body``, ``exc``, ``last_frame_file`` ...)."""
+    if name not in VIRTUAL_FIELDS:
+        return ev.get(name)
+    if memo is not None and name in memo:
+        return memo[name]
+    if name == "text":
+        v: Any = ev.text
+    elif name == "kind":
+        v = ev.kind
+    elif name == "body":
+        parts = event_lines(ev)
+        body = "\n".join(parts)
+        for f in ("msg", "message", "what", "error", "last_error", "detail"):
+            x = ev.fields.get(f)
+            if isinstance(x, str) and x and x not in body:
+                body += "\n" + x
+        for c in ev.fields.get("chain") or []:
+            if isinstance(c, dict):
+                x = f"{c.get('exc_type', '')}: {c.get('message', '')}"
+                if x not in body:
+                    body += "\n" + x
+        v = body
+    elif name == "exc":
+        et, msg = ev.fields.get("exc_type"), ev.fields.get("message")
+        v = f"{et}: {msg}" if et else None
+    else:
+        frames = [_frame(f) for f in ev.fields.get("frames") or []]
+        frames = [f for f in frames if f is not None]
+        if name == "frames_text":
+            v = "\n".join(f"{f[0]}:{f[1]}" for f in frames) if frames else None
+        elif not frames:
+            v = None
+        else:
+            v = frames[-1][0] if name == "last_frame_file" else frames[-1][1]
+    if memo is not None:
+        memo[name] = v
+    return v
+
+
+def _frame(fr: Any) -> tuple[str, str] | None:
+    if isinstance(fr, dict):
+        return (str(fr.get("file") or fr.get("path") or fr.get("filename") or ""),
+                str(fr.get("func") or fr.get("function") or fr.get("name") or ""))
+    if isinstance(fr, (list, tuple)) and len(fr) >= 3:
+        return str(fr[0]), str(fr[2])
+    if isinstance(fr, str):
+        m = re.search(r'File "([^"]+)", line \d+, in (\S+)', fr)
+        if m:
+            return m.group(1), m.group(2)
+    return None
+
+
+# -- predicates ------------------------------------------------------------------------------------------------
+@dataclass(slots=True)
+class PredContext:
+    """What a predicate sees: the job model builder and the events this rule matched in this group."""
+
+    builder: "JobBuilder"
+    events: list[Event]
+    group: Any = None
+
+
+@dataclass(slots=True)
+class PredResult:
+    """A passing predicate: values for the fix text, the ranks it blames, and evidence events."""
+
+    bound: dict[str, Any] = field(default_factory=dict)
+    ranks: tuple[int, ...] = ()
+    evidence: list[Event] = field(default_factory=list)
+
+
+Predicate = Callable[..., "PredResult | None"]
+PREDICATES: dict[str, Predicate] = {}
+
+
+def predicate(fn: Predicate) -> Predicate:
+    """Register a predicate under its function name."""
+    PREDICATES[fn.__name__] = fn
+    return fn
+
+
+def _norm_op(op: Any) -> str:
+    return re.sub(r"[^a-z]", "", str(op).lower()).replace("tensor", "").replace("base", "")
+
+
+@predicate
+def busid_shared_by_ranks_on_host(ctx: PredContext) -> PredResult | None:
+    """Two or more processes initialised NCCL on the same GPU (busId) of one host."""
+    b = ctx.builder
+    for (host, bus, comm), pids in sorted(b.busid_pids.items()):
+        if len(pids) >= 2:
+            evs = list(b.busid_events.get((host, bus, comm), []))
+            ranks = tuple(sorted({r for r in (b.rank_of(e) for e in evs) if r is not None}))
+            return PredResult(bound={"bus_id": bus, "host": host, "dup_ranks": ", ".join(map(str, ranks))},
+                              ranks=ranks, evidence=evs[:4])
+    return None
+
+
+@predicate
+def nccl_versions_differ(ctx: PredContext) -> PredResult | None:
+    """Processes of the job report different NCCL versions (major.minor.patch)."""
+    from ..job import version_number
+
+    b = ctx.builder
+    nums: dict[str, list[str]] = {}
+    for v in b.versions_by_proc:
+        nums.setdefault(version_number(v) or v, []).append(v)
+    if len(nums) < 2:
+        return None
+    ev = [b.version_events[v] for vs in nums.values() for v in vs if v in b.version_events]
+    ranks = tuple(sorted({r for r in (b.rank_of(e) for e in ev) if r is not None}))
+    who = "; ".join(f"{n} on {', '.join(sorted(set().union(*(b.versions_by_proc[v] for v in vs))))[:80]}"
+                    for n, vs in sorted(nums.items()))
+    return PredResult(bound={"versions": ", ".join(sorted(nums)), "who": who}, ranks=ranks, evidence=ev[:4])
+
+
+@predicate
+def ranks_in_different_collectives(ctx: PredContext) -> PredResult | None:
+    """Ranks stopped in different collectives (traceback frames, or watchdog OpType at the same SeqNum)."""
+    b = ctx.builder
+    ops: dict[int, str] = dict(b.tb_collectives)
+    seqs: dict[int, Any] = {}
+    for r, c in b.collectives.items():
+        if c.get("op_type") and str(c.get("source", "")).startswith("torch."):
+            ops.setdefault(r, str(c["op_type"]))
+            seqs[r] = c.get("seq")
+    if len(ops) < 2:
+        return None
+    norm = {r: _norm_op(o) for r, o in ops.items()}
+    if len(set(norm.values())) < 2:
+        return None
+    known_seqs = {seqs[r] for r in ops if seqs.get(r) is not None}
+    if len(known_seqs) > 1:
+        return None  # different ops at different SeqNums: ranks are at different points (lagging), not a mismatch
+    desc = ", ".join(f"rank {r}: {ops[r]}" for r in sorted(ops))
+    ev = [e for e in ctx.events if b.rank_of(e) in ops]
+    return PredResult(bound={"ops": desc}, ranks=tuple(sorted(ops)), evidence=ev[:4])
+
+
+@predicate
+def lowest_seqnum_rank(ctx: PredContext) -> PredResult | None:
+    """The rank(s) whose last collective is furthest behind (watchdog SeqNum / last completed work)."""
+    b = ctx.builder
+    pos: dict[int, float] = {}
+    for r, c in b.collectives.items():
+        v = c.get("last_completed")
+        if v is None and c.get("seq") is not None:
+            v = float(c["seq"]) - 1  # the timed-out op did not complete
+        if v is not None:
+            try:
+                pos[r] = float(v)
+            except (TypeError, ValueError):
+                continue
+    if not pos:
+        return None
+    lo = min(pos.values())
+    behind = tuple(sorted(r for r, v in pos.items() if v == lo))
+    bound: dict[str, Any] = {"seq": int(lo) + 1}
+    if len(set(pos.values())) > 1:
+        bound["lagging"] = ", ".join(map(str, behind))
+        return PredResult(bound=bound, ranks=behind)
+    missing = _missing_ranks(b, set(pos))
+    if missing:
+        bound["lagging"] = ", ".join(map(str, missing))
+        return PredResult(bound=bound, ranks=missing)
+    bound["lagging"] = "unknown"
+    return PredResult(bound=bound, ranks=())
+
+
+def _missing_ranks(b: "JobBuilder", reporting: set[int]) -> tuple[int, ...]:
+    world = b.job.world_size or 0
+    known = set(b.job.ranks) | set(range(world))
+    lag = set(b.lagging)
+    if lag:
+        return tuple(sorted(lag))
+    if world and len(reporting) < world:
+        # Ranks that said nothing about the timed-out collective while their peers reported it.
+        return tuple(sorted(r for r in known if r not in reporting and r < world))
+    return ()
+
+
+@predicate
+def rank_missing_from_collective(ctx: PredContext) -> PredResult | None:
+    """Some ranks of the world never reported the collective the others timed out in (or desync names them)."""
+    b = ctx.builder
+    reporting = {r for r, c in b.collectives.items() if str(c.get("source", "")).startswith("torch.")}
+    if not reporting and not b.lagging:
+        return None
+    missing = _missing_ranks(b, reporting)
+    if not missing:
+        return None
+    return PredResult(bound={"missing": ", ".join(map(str, missing))}, ranks=missing)
+
+
+@predicate
+def no_init_complete(ctx: PredContext, **args: Any) -> PredResult | None:
+    """Some communicator's init started on a rank that never logged Init COMPLETE."""
+    b = ctx.builder
+    stuck: set[int] = set()
+    any_complete = False
+    for comm, states in b.init.items():
+        for r, s in states.items():
+            if s == "complete":
+                any_complete = True
+            else:
+                grank = b.job.communicators.get(comm, {}).get("ranks", {}).get(r, r)
+                stuck.add(grank)
+    if not stuck:
+        return None
+    if args.get("others_complete") and not any_complete:
+        return None
+    return PredResult(bound={"stuck": ", ".join(map(str, sorted(stuck)))}, ranks=tuple(sorted(stuck)))
+
+
+@predicate
+def socket_interfaces(ctx: PredContext, **args: Any) -> PredResult | None:
+    """Binds the interface the environment asked for and the ones NCCL saw (for the fix text); always passes."""
+    b = ctx.builder
+    bound: dict[str, Any] = {}
+    for name in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
+        if name in b.env:
+            bound.setdefault("ifname", b.env[name])
+            bound.setdefault("ifname_var", name)
+    for ev in ctx.events:
+        for key in ("ifname", "iface"):
+            if ev.get(key) and "ifname" not in bound:
+                bound["ifname"] = ev.get(key)
+    seen = sorted({i for v in b.ifaces.values() for i in v if i != bound.get("ifname")})
+    if seen:
+        bound["interfaces"] = ", ".join(seen)
+    hosts = sorted({e.host for e in ctx.events if e.host})
+    if hosts:
+        bound["host"] = hosts[0]
+    return PredResult(bound=bound)
+
+
+@predicate
+def env_setting(ctx: PredContext, **args: Any) -> PredResult | None:
+    """The job's NCCL environment (as NCCL logged it) sets ``name`` (optionally to a value matching ``value``)."""
+    name = str(args.get("name", ""))
+    b = ctx.builder
+    if name not in b.env:
+        return None
+    val = b.env[name]
+    want = args.get("value")
+    if want is not None and not re.search(str(want), val):
+        return None
+    return PredResult(bound={name: val, "env_value": val}, evidence=list(b.env_events.get(name, []))[:1])
+
+
+def kind_matches(globs: tuple[str, ...], kind: str) -> bool:
+    """fnmatch over several globs (used by tests and rule tooling)."""
+    return any(fnmatch.fnmatchcase(kind, g) for g in globs)

@@ -1,0 +1,345 @@
+"""Streaming matcher: events -> per-rule capped evidence -> rule hits (with bound values) at the end."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..model import Event, Evidence, Finding, Fix
+from .match import PREDICATES, PredContext, Selector, event_lines
+from .loader import Rule, placeholders
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..job import JobBuilder
+
+#: Matched events kept per rule, per selector, per rank (or process): enough evidence, bounded memory.
+CAP_PER_KEY = 50
+#: Distinct ranks/processes tracked per rule selector.
+CAP_KEYS = 4096
+#: Evidence lines quoted per finding.
+EVIDENCE_CAP = 6
+
+
+@dataclass(slots=True)
+class _Slot:
+    part: str  # all | any | none
+    index: int
+    selector: Selector
+    by_key: dict[Any, list[tuple[int, Event, dict[str, Any]]]] = field(default_factory=dict)
+    count: int = 0
+
+
+@dataclass(slots=True)
+class _RuleState:
+    rule: Rule
+    slots: list[_Slot]
+    dirty: bool = False
+
+
+@dataclass(slots=True)
+class Hit:
+    """A rule that matched in one group: its events (key event first), bound values and blamed ranks."""
+
+    rule: Rule
+    group: Any
+    events: list[Event]
+    seq: int  # feed order of the key event
+    time: float | None
+    ranks: tuple[int, ...]
+    hosts: tuple[str, ...]
+    bound: dict[str, Any]
+    evidence: tuple[Evidence, ...]
+    count: int = 1  # matched events in the group
+    event_ranks: tuple[int, ...] = ()  # ranks of the matched events (``ranks`` may be a predicate's culprits)
+
+    @property
+    def key(self) -> Event | None:
+        return self.events[0] if self.events else None
+
+    def finding(self, role: str | None = None, confidence: float | None = None) -> Finding:
+        """This hit as a model ``Finding``."""
+        return Finding(rule=self.rule.id, id=self.rule.taxonomy, role=role or self.rule.role,
+                       title=render_template(self.rule.title, self.bound) or self.rule.title,
+                       severity=self.rule.severity,
+                       confidence=self.rule.confidence if confidence is None else confidence,
+                       ranks=self.ranks, hosts=self.hosts, evidence=self.evidence,
+                       explanation=render_template(self.rule.description, self.bound) or self.rule.description,
+                       fix=make_fix(self.rule, self.bound), time=self.key.time if self.key else None,
+                       bound={k: v for k, v in self.bound.items() if not k.startswith("_")})
+
+
+def render_template(s: str, bound: dict[str, Any]) -> str:
+    """``{name}`` -> bound value; "" when a placeholder has no value (the caller keeps its generic text)."""
+    names = placeholders(s)
+    if not names:
+        return s
+    if any(bound.get(n) in (None, "") for n in names):
+        return ""
+    return re.sub(r"\{(\w+)\}", lambda m: str(bound[m.group(1)]), s)
+
+
+def make_fix(rule: Rule, bound: dict[str, Any]) -> Fix:
+    """The rule's fix, tailored with the bound values where the rule gives a ``bound_summary``."""
+    fx = rule.fix
+    templates = fx.get("bound_summary") or []
+    if isinstance(templates, str):
+        templates = [templates]
+    summary = next((s for s in (render_template(t, bound) for t in templates) if s), "") \
+        or render_template(fx["summary"], bound) or re.sub(r"\{(\w+)\}", r"<\1>", fx["summary"])
+    env = {k: (render_template(v, bound) or re.sub(r"\{(\w+)\}", r"<\1>", v)) for k, v in fx.get("env", {}).items()}
+    cmds = tuple(render_template(c, bound) or re.sub(r"\{(\w+)\}", r"<\1>", c) for c in fx.get("commands", []))
+    return Fix(summary=summary, env=env, commands=cmds)
+
+
+def _raw_key(ev: Event) -> Any:
+    if ev.rank is not None:
+        return ev.rank
+    if ev.pid is not None:
+        return (ev.host, ev.pid)
+    return ev.path
+
+
+class Matcher:
+    """Feeds events to every rule; keeps, per rule selector and rank, the first ``CAP_PER_KEY`` matches."""
+
+    def __init__(self, rules: list[Rule]):
+        self.rules = list(rules)
+        self._states = [_RuleState(r, [_Slot(part, i, s) for part in ("all", "any", "none")
+                                       for i, s in enumerate(getattr(r.match, part))]) for r in self.rules]
+        self._by_kind: dict[str, list[_Slot | None]] = {}
+        self._slot_state: dict[int, _RuleState] = {}
+        for st in self._states:
+            for sl in st.slots:
+                self._slot_state[id(sl)] = st
+        self.seq = 0
+        self.dirty = False
+
+    def _slots_for(self, kind: str) -> list[_Slot]:
+        got = self._by_kind.get(kind)
+        if got is None:
+            got = [sl for st in self._states for sl in st.slots if sl.selector.accepts_kind(kind)]
+            if len(self._by_kind) < 100000:
+                self._by_kind[kind] = got  # type: ignore[assignment]
+        return got  # type: ignore[return-value]
+
+    def add(self, ev: Event) -> None:
+        """Test one event against every selector whose kind glob accepts it."""
+        self.seq += 1
+        slots = self._slots_for(ev.kind)
+        if not slots:
+            return
+        memo: dict[str, Any] = {}
+        for sl in slots:
+            caps = sl.selector.test(ev, memo)
+            if caps is None:
+                continue
+            sl.count += 1
+            key = _raw_key(ev)
+            lst = sl.by_key.get(key)
+            if lst is None:
+                if len(sl.by_key) >= CAP_KEYS:
+                    continue
+                lst = sl.by_key[key] = []
+            if len(lst) < CAP_PER_KEY:
+                lst.append((self.seq, ev, caps))
+                st = self._slot_state[id(sl)]
+                st.dirty = True
+                if st.rule.role == "root" and sl.part != "none":
+                    self.dirty = True
+
+    # -- evaluation ------------------------------------------------------------------------------------------------
+    def hits(self, builder: "JobBuilder", roles: tuple[str, ...] | None = None) -> list[Hit]:
+        """Every (rule, group) that matches given everything fed so far."""
+        from ..job import time_key
+
+        out: list[Hit] = []
+        for st in self._states:
+            if roles is not None and st.rule.role not in roles:
+                continue
+            out.extend(self._rule_hits(st, builder, time_key))
+        self.dirty = False
+        return out
+
+    def _group_of(self, rule: Rule, ev: Event, builder: "JobBuilder") -> Any:
+        g = rule.match.group_by
+        if g == "job":
+            return "job"
+        r = builder.rank_of(ev)
+        if g == "rank":
+            if r is not None:
+                return r
+            return (ev.host, ev.pid) if ev.pid is not None else ev.path
+        host = ev.host
+        if host is None and r is not None and r in builder.job.ranks:
+            host = builder.job.ranks[r].host
+        return host or ev.path
+
+    def _rule_hits(self, st: _RuleState, builder: "JobBuilder", time_key: Any) -> list[Hit]:
+        rule = st.rule
+        m = rule.match
+        groups: dict[Any, dict[int, list[tuple[int, Event, dict[str, Any]]]]] = {}
+        for si, sl in enumerate(st.slots):
+            for lst in sl.by_key.values():
+                for item in lst:
+                    g = self._group_of(rule, item[1], builder)
+                    groups.setdefault(g, {}).setdefault(si, []).append(item)
+        if not groups and m.predicates and not m.all and not m.any:
+            groups["job"] = {}
+        hits: list[Hit] = []
+        for g, per_slot in groups.items():
+            hit = self._group_hit(st, g, per_slot, builder, time_key)
+            if hit is not None:
+                hits.append(hit)
+        return hits
+
+    def _group_hit(self, st: _RuleState, g: Any, per_slot: dict[int, list[tuple[int, Event, dict[str, Any]]]],
+                   builder: "JobBuilder", time_key: Any) -> Hit | None:
+        rule = st.rule
+        m = rule.match
+        all_idx = [i for i, sl in enumerate(st.slots) if sl.part == "all"]
+        any_idx = [i for i, sl in enumerate(st.slots) if sl.part == "any"]
+        none_idx = [i for i, sl in enumerate(st.slots) if sl.part == "none"]
+        for i in none_idx:
+            if per_slot.get(i):
+                return None
+        for i in all_idx:
+            if not per_slot.get(i):
+                return None
+        if any_idx and not any(per_slot.get(i) for i in any_idx):
+            return None
+
+        def order(item: tuple[int, Event, dict[str, Any]]) -> tuple[float, int]:
+            return (item[0], 0)
+
+        chosen: list[tuple[int, Event, dict[str, Any]]] = []
+        if m.ordered:
+            last = -1
+            for i in all_idx:
+                cand = sorted((it for it in per_slot[i] if it[0] > last), key=order)
+                if not cand:
+                    return None
+                chosen.append(cand[0])
+                last = cand[0][0]
+        else:
+            chosen = [min(per_slot[i], key=order) for i in all_idx]
+        anys = sorted((it for i in any_idx for it in per_slot.get(i, [])), key=order)
+        if anys:
+            chosen.append(anys[0])
+        if m.within is not None and len(chosen) > 1:
+            times = [time_key(it[1].time) for it in chosen]
+            known = [t for t in times if t is not None]
+            if len(known) >= 2 and max(known) - min(known) > m.within:
+                return None
+        bound: dict[str, Any] = {}
+        for it in chosen:
+            for k, v in it[2].items():
+                bound.setdefault(k, v)
+        events_all = sorted({id(it[1]): it for i in all_idx + any_idx for it in per_slot.get(i, [])}.values(),
+                            key=order)
+        for it in events_all:
+            for k, v in it[2].items():
+                if k != "_match_text":
+                    bound.setdefault(k, v)
+        ranks: set[int] = set()
+        for it in events_all:
+            r = builder.rank_of(it[1])
+            if r is not None:
+                ranks.add(r)
+        pred_ranks: tuple[int, ...] | None = None
+        pred_ev: list[Event] = []
+        ctx = PredContext(builder=builder, events=[it[1] for it in events_all], group=g)
+        for name, args in m.predicates:
+            a = dict(args)
+            optional = bool(a.pop("optional", False))
+            res = PREDICATES[name](ctx, **a)
+            if res is None:
+                if optional:
+                    continue
+                return None
+            for k, v in res.bound.items():
+                bound.setdefault(k, v)
+            if res.ranks:
+                pred_ranks = res.ranks if pred_ranks is None else pred_ranks
+            pred_ev.extend(res.evidence)
+        event_ranks = tuple(sorted(ranks))
+        if pred_ranks is not None:
+            ranks = set(pred_ranks)
+        key_item = min(chosen, key=order) if chosen else None
+        key_ev = key_item[1] if key_item else (pred_ev[0] if pred_ev else None)
+        ordered_events: list[Event] = []
+        if key_ev is not None:
+            ordered_events.append(key_ev)
+        for ev in [it[1] for it in chosen] + pred_ev + [it[1] for it in events_all]:
+            if all(ev is not x for x in ordered_events):
+                ordered_events.append(ev)
+        if not ordered_events:
+            return None
+        hosts = set()
+        for ev in ordered_events:
+            if ev.host:
+                hosts.add(ev.host)
+        for r in ranks:
+            info = builder.job.ranks.get(r)
+            if info is not None and info.host:
+                hosts.add(info.host)
+        if ranks:
+            bound.setdefault("rank", sorted(ranks)[0])
+            bound.setdefault("ranks", ", ".join(map(str, sorted(ranks))))
+        if hosts:
+            bound.setdefault("host", sorted(hosts)[0])
+        key = ordered_events[0]
+        for ev in ordered_events[:4]:
+            for fname, v in ev.fields.items():
+                if v is not None and not isinstance(v, (list, dict, tuple)) and len(str(v)) < 200:
+                    bound.setdefault(fname, v)
+        seq = key_item[0] if key_item else 0
+        evidence = quote(ordered_events, bound)
+        count = sum(len(v) for i, v in per_slot.items() if i in all_idx or i in any_idx)
+        return Hit(rule=rule, group=g, events=ordered_events, seq=seq, time=time_key(key.time),
+                   ranks=tuple(sorted(ranks)), hosts=tuple(sorted(hosts)), bound=bound, evidence=evidence, count=count,
+                   event_ranks=event_ranks)
+
+
+_EXC_LINE = re.compile(r"^(?:\[\w+\d*\]:\s?)?(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Interrupt|Exit)\b\w*:")
+
+
+def key_line(ev: Event, bound: dict[str, Any] | None = None) -> Evidence:
+    """The most telling single line of an event: for a traceback its exception line, for a regex match on the
+    body the line that matched; else the event's first line."""
+    lines = event_lines(ev)
+    if len(lines) > 1:
+        target = (bound or {}).get("_match_text")
+        idx = None
+        if target:
+            first = str(target).split("\n")[0]
+            for i, line in enumerate(lines):
+                if first and first in line:
+                    idx = i
+                    break
+        if idx is None and ev.kind.startswith("python."):
+            for i in range(len(lines) - 1, -1, -1):
+                if _EXC_LINE.match(lines[i]):
+                    idx = i
+                    break
+        if idx is not None:
+            exc_line = ev.fields.get("exc_line")
+            if isinstance(exc_line, int) and lines[idx] == ev.fields.get("exc_text"):
+                return Evidence(ev.path, exc_line, lines[idx])
+            return Evidence(ev.path, ev.line + idx, lines[idx])
+    return Evidence(ev.path, ev.line, ev.text)
+
+
+def quote(events: list[Event], bound: dict[str, Any] | None = None) -> tuple[Evidence, ...]:
+    """Evidence lines: the key event's telling line first, then one per further event (deduplicated)."""
+    out: list[Evidence] = []
+    seen: set[str] = set()
+    for i, ev in enumerate(events):
+        ln = key_line(ev, bound if i == 0 else None)
+        norm = re.sub(r"^\[[^\]]*\] ?|^\S+:\d+:\d+ ", "", ln.text)
+        if norm in seen:
+            continue
+        seen.add(norm)
+        out.append(ln)
+        if len(out) >= EVIDENCE_CAP:
+            break
+    return tuple(out)

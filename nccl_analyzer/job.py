@@ -1,0 +1,522 @@
+"""Events -> JobModel: ranks, hosts, pids, GPUs, versions, communicators, progress (streaming, bounded memory)."""
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any
+
+from .model import Event, Evidence, JobModel, RankInfo
+
+#: Entries kept per rank timeline, and pids remembered before their rank is known.
+TIMELINE_CAP = 64
+_PID_CAP = 65536
+_COMM_CAP = 4096
+
+_VERSION_NUM = re.compile(r"(\d+\.\d+\.\d+)")
+_BANNER_VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+\S*)")
+# Collective names as they appear in torch.distributed frames (distributed_c10d.py function names).
+COLLECTIVE_FUNCS = frozenset({
+    "all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "_all_gather_base", "reduce_scatter",
+    "reduce_scatter_tensor", "_reduce_scatter_base", "all_to_all", "all_to_all_single", "reduce", "gather",
+    "scatter", "barrier", "send", "recv", "isend", "irecv", "batch_isend_irecv", "all_gather_object",
+    "broadcast_object_list", "monitored_barrier", "gather_object", "scatter_object_list", "all_reduce_coalesced",
+})
+# The c10d kinds that mean "this rank hit a failure" (first error per rank, culprit/victim assignment).
+ERROR_KINDS_PREFIX = ("nccl.warn.", "torch.watchdog", "torch.heartbeat", "torch.nccl_error", "torch.store.",
+                      "torch.cuda.", "torch.desync", "python.traceback", "python.exception")
+_TIMELINE_KINDS = ("nccl.init.start", "nccl.init.complete", "torch.elastic.", "torch.work.status")
+
+
+def time_key(value: str | None) -> float | None:
+    """Seconds (comparable within one log) from the timestamps NCCL, glog, torchelastic and k8s write.
+
+    Formats: ``2026-11-29 13:53:17[.123]``, ``2026-11-29T13:53:17.1Z``, ``2026-11-29_13:53:17`` (ChildFailedError),
+    glog/c10 ``1129 13:53:17.629000`` (MMDD, no year: the year 2000 is assumed, so only compare these with
+    each other and with same-day full dates by their time of day). Returns None when unparseable.
+    """
+    if not value:
+        return None
+    v = value.strip().strip("[]").strip()
+    m = re.match(r"(\d{4})-(\d\d)-(\d\d)[ T_](\d\d):(\d\d):(\d\d(?:\.\d+)?)", v)
+    m2 = re.match(r"(\d\d)-(\d\d)[ T_](\d\d):(\d\d):(\d\d(?:\.\d+)?)", v) if not m else None
+    if m:
+        y, mo, d, hh, mi, ss = m.groups()
+    elif m2:
+        mo, d, hh, mi, ss = m2.groups()
+        y = "2000"
+    else:
+        m = re.match(r"[IWEF]?(\d{1,2})(\d\d) (\d\d):(\d\d):(\d\d(?:\.\d+)?)", v)
+        if not m:
+            return None
+        mo, d, hh, mi, ss = m.groups()
+        y = "2000"
+    try:
+        base = datetime(int(y), int(mo), int(d), int(hh), int(mi))
+    except ValueError:
+        return None
+    # Day resolution is what ordering across formats can rely on; year-less stamps compare by day-of-year.
+    day = base.timetuple().tm_yday
+    return day * 86400.0 + int(hh) * 3600 + int(mi) * 60 + float(ss)
+
+
+def version_number(v: str | None) -> str | None:
+    """``2.28.9+cuda13.0`` -> ``2.28.9``."""
+    if not v:
+        return None
+    m = _VERSION_NUM.search(v)
+    return m.group(1) if m else v
+
+
+class JobBuilder:
+    """Builds a ``JobModel`` from events, one at a time, keeping only aggregates.
+
+    Memory is bounded by the number of ranks/processes, not by the number of events: each rank keeps a
+    capped timeline, each pid a handful of values.
+    """
+
+    def __init__(self) -> None:
+        self.job = JobModel()
+        self.events = 0
+        self.kinds: dict[str, int] = {}
+        self._pid_rank: dict[tuple[str | None, int], tuple[int, int]] = {}  # (host,pid) -> (rank, nranks)
+        self._pid_info: dict[tuple[str | None, int], dict[str, Any]] = {}
+        self._lr_pid: dict[tuple[str | None, int], int] = {}  # (host, local_rank) -> pid (torchrun agent)
+        self._pending: dict[tuple[str | None, int], list[dict[str, Any]]] = {}
+        self.init: dict[str, dict[int, str]] = {}  # comm_id -> rank -> started|complete
+        self.busids: dict[tuple[str, str], set[int]] = {}  # (host, busId) -> global ranks (per comm -> see comms)
+        self.busid_comm: dict[tuple[str, str, str], set[int]] = {}  # (host, busId, comm) -> comm ranks
+        self.busid_pids: dict[tuple[str, str, str], set[int]] = {}  # (host, busId, comm) -> pids on that GPU
+        self.busid_events: dict[tuple[str, str, str], list[Event]] = {}  # first Init START lines per GPU (evidence)
+        self.versions_by_proc: dict[str, set[str]] = {}  # version -> {"host:pid" or "rank N"}
+        self.version_events: dict[str, Event] = {}  # first line that showed each version (evidence)
+        self.env_events: dict[str, list[Event]] = {}
+        self.collectives: dict[int, dict[str, Any]] = {}  # rank -> last collective seen
+        self.tb_collectives: dict[int, str] = {}  # rank -> collective function its traceback stopped in
+        self.exits: dict[int, dict[str, Any]] = {}  # rank -> ChildFailedError entry
+        self.error_ranks: dict[int, tuple[float | None, int]] = {}  # rank -> first error (time, seq)
+        self.env: dict[str, str] = {}
+        self.hosts: set[str] = set()
+        self.ifaces: dict[str, set[str]] = {}  # host -> interfaces NCCL reported using/seeing
+        self.lagging: set[int] = set()
+
+    # -- identity ------------------------------------------------------------------------------------------
+    def rank_of(self, ev: Event) -> int | None:
+        """The global rank an event belongs to: its own ``rank``, else what its pid maps to."""
+        if ev.rank is not None and not ev.kind.startswith("nccl.init"):
+            return ev.rank
+        if ev.pid is not None:
+            hit = self._pid_rank.get((ev.host, ev.pid))
+            if hit is None:
+                hit = self._pid_rank.get((None, ev.pid))
+            if hit is not None:
+                return hit[0]
+        return ev.rank
+
+    def _rank(self, r: int) -> RankInfo:
+        info = self.job.ranks.get(r)
+        if info is None:
+            info = RankInfo(rank=r)
+            self.job.ranks[r] = info
+        return info
+
+    # -- feeding -------------------------------------------------------------------------------------------
+    def add(self, ev: Event) -> None:
+        """Fold one event into the model."""
+        self.events += 1
+        k = ev.kind
+        self.kinds[k] = self.kinds.get(k, 0) + 1
+        if ev.host:
+            if len(self.hosts) < _PID_CAP:
+                self.hosts.add(ev.host)
+        handler = _HANDLERS.get(k)
+        if handler is None:
+            for prefix, h in _PREFIX_HANDLERS:
+                if k.startswith(prefix):
+                    handler = h
+                    break
+        if handler is not None:
+            handler(self, ev)
+        if k.startswith(ERROR_KINDS_PREFIX):
+            self._first_error(ev)
+
+    def _timeline(self, ev: Event, what: str | None = None) -> None:
+        entry = {"kind": ev.kind, "path": ev.path, "line": ev.line, "time": ev.time,
+                 "what": what or ev.kind}
+        r = self.rank_of(ev)
+        if r is None:
+            if ev.pid is not None:
+                key = (ev.host, ev.pid)
+                pend = self._pending.setdefault(key, []) if len(self._pending) < _PID_CAP else None
+                if pend is not None and len(pend) < 8:
+                    pend.append(entry)
+            return
+        tl = self._rank(r).timeline
+        if len(tl) < TIMELINE_CAP:
+            tl.append(entry)
+        else:
+            tl[-1] = entry  # keep the latest event visible at the end
+
+    def _first_error(self, ev: Event) -> None:
+        if ev.kind == "python.traceback" and "ChildFailedError" in str(ev.get("exc_type", "")):
+            return
+        r = self.rank_of(ev)
+        if r is None:
+            return
+        info = self._rank(r)
+        if info.first_error is None:
+            info.first_error = Evidence(ev.path, ev.line, ev.text)
+            info.first_error_kind = ev.kind
+            self.error_ranks[r] = (time_key(ev.time), self.events)
+            self._timeline(ev, "first error")
+
+    def _proc(self, ev: Event) -> dict[str, Any]:
+        key = (ev.host, ev.pid or 0)
+        info = self._pid_info.get(key)
+        if info is None:
+            info = {}
+            if len(self._pid_info) < _PID_CAP:
+                self._pid_info[key] = info
+        return info
+
+    # -- handlers ------------------------------------------------------------------------------------------
+    def _on_version(self, ev: Event) -> None:
+        # Read the version from the printed text first: it is what the line says (and parse/nccl.py 's body cache
+        # has been seen to hand back the fields of an earlier banner with other digits).
+        m = _BANNER_VERSION.search(str(ev.get("msg") or ev.text or ""))
+        v = m.group(1) if m else (ev.get("version") or ev.get("nccl_version"))
+        if not v:
+            return
+        v = str(v)
+        if v not in self.job.nccl_versions:
+            self.job.nccl_versions.append(v)
+        who = f"{ev.host}:{ev.pid}" if ev.pid is not None else f"{ev.path}"
+        self.versions_by_proc.setdefault(v, set()).add(who)
+        self.version_events.setdefault(v, ev)
+        if ev.pid is not None:
+            self._proc(ev)["nccl_version"] = v
+            r = self.rank_of(ev)
+            if r is not None:
+                self._rank(r).nccl_version = v
+
+    def _on_driver(self, ev: Event) -> None:
+        v = ev.get("driver_version") or ev.get("version") or ev.get("driver") or ev.get("cuda_driver")
+        if v is not None and self.job.cuda_driver is None:
+            self.job.cuda_driver = str(v)
+
+    def _on_init(self, ev: Event) -> None:
+        rank = ev.get("rank")
+        if rank is None:
+            return
+        rank = int(rank)
+        nranks = int(ev.get("nranks", 0) or 0)
+        comm = str(ev.get("comm_id") or ev.get("commId") or ev.get("comm") or "?")
+        complete = ev.kind.endswith("complete")
+        if ev.pid is not None:
+            key = (ev.host, ev.pid)
+            prev = self._pid_rank.get(key)
+            # The process's global rank: its rank in the largest communicator it joined (the default PG).
+            if prev is None or nranks > prev[1]:
+                self._pid_rank[key] = (rank, nranks)
+                self._pid_rank.setdefault((None, ev.pid), (rank, nranks))
+                for entry in self._pending.pop(key, []):
+                    tl = self._rank(rank).timeline
+                    if len(tl) < TIMELINE_CAP:
+                        tl.append(entry)
+            grank = self._pid_rank[key][0]
+        else:
+            grank = rank
+        if self.job.world_size is None or nranks > self.job.world_size:
+            self.job.world_size = nranks
+        if comm not in self.job.communicators and len(self.job.communicators) < _COMM_CAP:
+            self.job.communicators[comm] = {"nranks": nranks, "ranks": {}, "complete": 0}
+        c = self.job.communicators.get(comm)
+        states = self.init.setdefault(comm, {}) if comm in self.job.communicators else {}
+        if complete:
+            states[rank] = "complete"
+        else:
+            states.setdefault(rank, "started")
+        if c is not None:
+            c["complete"] = sum(1 for s in states.values() if s == "complete")
+            if len(c["ranks"]) < 1024:
+                c["ranks"][rank] = grank
+        info = self._rank(grank)
+        info.host = info.host or ev.host
+        info.pid = info.pid if info.pid is not None else ev.pid
+        cuda_dev = ev.get("cuda_dev", ev.get("cudaDev"))
+        if cuda_dev is not None and info.cuda_dev is None:
+            info.cuda_dev = int(cuda_dev)
+        bus = ev.get("bus_id", ev.get("busId"))
+        if bus is not None:
+            bus = str(bus)
+            if info.bus_id is None:
+                info.bus_id = bus
+            if ev.host is not None or ev.pid is not None:
+                host = ev.host or "?"
+                self.busids.setdefault((host, bus), set()).add(grank)
+                if ev.pid is not None and len(self.busid_pids) < _COMM_CAP:
+                    # Per communicator: two processes of ONE comm on one GPU. Separate jobs that reuse a GPU one
+                    # after the other (concatenated NCCL_DEBUG_FILEs) have different commIds.
+                    pids = self.busid_pids.setdefault((host, bus, comm), set())
+                    if ev.pid not in pids and len(pids) < 64:
+                        pids.add(ev.pid)
+                        self.busid_events.setdefault((host, bus, comm), []).append(ev)
+                self.busid_comm.setdefault((host, bus, comm), set()).add(rank)
+        proc = self._proc(ev)
+        if proc.get("nccl_version") and not info.nccl_version:
+            info.nccl_version = proc["nccl_version"]
+        if complete:
+            info.init_state = "complete"
+        elif info.init_state in ("unknown",):
+            info.init_state = "started"
+        self._timeline(ev, "init complete" if complete else "init start")
+
+    def _on_env(self, ev: Event) -> None:
+        name, value = ev.get("name"), ev.get("value")
+        if name and len(self.env) < 512:
+            self.env[str(name)] = str(value)
+            lst = self.env_events.setdefault(str(name), [])
+            if len(lst) < 2:
+                lst.append(ev)
+
+    def _on_network(self, ev: Event) -> None:
+        net = ev.get("network") or ev.get("net")
+        if net:
+            self.job.network.setdefault("network", str(net))
+        ifs = ev.get("interfaces")
+        if isinstance(ifs, list):
+            names = [str(i.get("name")) for i in ifs if isinstance(i, dict) and i.get("name")]
+            if names:
+                self.ifaces.setdefault(ev.host or "?", set()).update(names[:16])
+                if ev.kind.startswith("nccl.bootstrap"):
+                    self.job.network.setdefault("bootstrap", ", ".join(
+                        f"{i.get('name')}:{i.get('addr')}" for i in ifs[:4] if isinstance(i, dict)))
+            return
+        oob = ev.get("oob_interface")
+        if oob:
+            self.ifaces.setdefault(ev.host or "?", set()).add(str(oob))
+        iface = ev.get("iface") or ev.get("ifaces") or ev.get("interface")
+        if iface and ev.kind in ("nccl.bootstrap", "nccl.net.socket", "nccl.socket"):
+            self.job.network.setdefault("bootstrap", str(iface))
+            names = re.findall(r"(?:\[\d+\])?([A-Za-z][\w.\-]*?):\d", str(iface))
+            if names:
+                self.ifaces.setdefault(ev.host or "?", set()).update(names[:16])
+        if ev.kind == "nccl.info":
+            msg = str(ev.get("msg", ""))
+            m = re.match(r"(?:Bootstrap ?: Using|NET/Socket : Using|NET/IB : Using.*OOB)\s*(.*)", msg)
+            if m:
+                names = re.findall(r"(?:\[\d+\])?([A-Za-z][\w.\-]*?):\d", m.group(1))
+                if names:
+                    self.ifaces.setdefault(ev.host or "?", set()).update(names[:16])
+                if msg.startswith("Bootstrap"):
+                    self.job.network.setdefault("bootstrap", m.group(1).strip())
+            m = re.match(r"Using network (\S+)", msg)
+            if m:
+                self.job.network.setdefault("network", m.group(1))
+
+    def _on_transport(self, ev: Event) -> None:
+        t = ev.get("transport") or ev.get("via")
+        if not t:
+            return
+        t = str(t)
+        tr = self.job.network.setdefault("transports", [])
+        base = t.split("/")[0] if "/" in t else t
+        if base == "P2P" or base == "NET":
+            base = "/".join(t.split("/")[:2])
+        if base not in tr and len(tr) < 16:
+            tr.append(base)
+        r = self.rank_of(ev)
+        if r is not None:
+            info = self._rank(r)
+            if not any(e.get("what") == "transport" for e in info.timeline[-8:]) and len(info.timeline) < TIMELINE_CAP:
+                self._timeline(ev, "transport " + base)
+
+    def _on_coll(self, ev: Event) -> None:
+        r = self.rank_of(ev)
+        if r is None:
+            return
+        op = ev.get("op_type") or ev.get("op") or ev.get("coll")
+        entry = {"op_type": op, "source": "nccl.coll", "line": ev.line}
+        for name in ("op_count", "opCount", "count", "datatype"):
+            if ev.get(name) is not None:
+                entry[name] = ev.get(name)
+        self.collectives[r] = entry
+
+    def _on_watchdog(self, ev: Event) -> None:
+        r = self.rank_of(ev)
+        if r is None:
+            return
+        entry: dict[str, Any] = {"source": ev.kind, "line": ev.line, "path": ev.path}
+        for name in ("seq", "op_type", "numel_in", "numel_out", "timeout_ms", "elapsed_ms", "last_enqueued",
+                     "last_completed"):
+            v = ev.get(name)
+            if v is not None:
+                entry[name] = v
+        prev = self.collectives.get(r) or {}
+        merged = {**prev, **entry} if prev.get("source", "").startswith("torch.") else entry
+        self.collectives[r] = merged
+        info = self._rank(r)
+        info.last_collective = {k: v for k, v in merged.items() if k not in ("line", "path")}
+        self._timeline(ev, "watchdog timeout" if ev.kind == "torch.watchdog.timeout" else ev.kind)
+
+    def _on_desync(self, ev: Event) -> None:
+        lag = ev.get("lagging") or ev.get("ranks")
+        if isinstance(lag, (list, tuple)):
+            for x in lag[:1024]:
+                try:
+                    self.lagging.add(int(x))
+                except (TypeError, ValueError):
+                    continue
+        self._on_watchdog(ev) if ev.get("seq") is not None else None
+
+    def _on_traceback(self, ev: Event) -> None:
+        exc = str(ev.get("exc_type", ""))
+        if "ChildFailedError" in exc:
+            return
+        r = self.rank_of(ev)
+        coll = traceback_collective(ev)
+        if r is not None and coll:
+            self.tb_collectives[r] = coll
+            info = self._rank(r)
+            if not info.last_collective:
+                info.last_collective = {"op_type": coll, "source": "traceback"}
+        if r is not None:
+            self._timeline(ev, f"{exc.rsplit('.', 1)[-1]}")
+
+    def _on_child_failed(self, ev: Event) -> None:
+        rank = ev.get("rank")
+        if rank is None:
+            return
+        rank = int(rank)
+        entry = {k: ev.get(k) for k in ("exitcode", "signal", "pid", "host", "local_rank", "time", "first_observed")
+                 if ev.get(k) is not None}
+        if ev.get("root_cause") is not None:
+            entry["first_observed"] = bool(ev.get("root_cause"))
+        entry["line"] = ev.line
+        entry["path"] = ev.path
+        entry["text"] = ev.text
+        self.exits[rank] = entry
+        info = self._rank(rank)
+        if entry.get("exitcode") is not None:
+            info.exit_code = int(entry["exitcode"])
+        if info.pid is None and entry.get("pid") is not None:
+            info.pid = int(entry["pid"])
+        if info.host is None and entry.get("host"):
+            info.host = str(entry["host"])
+        if entry.get("local_rank") is not None and info.local_rank is None:
+            info.local_rank = int(entry["local_rank"])
+        if entry.get("pid") is not None:
+            self._pid_rank.setdefault((None, int(entry["pid"])), (rank, 0))
+        tl = info.timeline
+        if len(tl) < TIMELINE_CAP:
+            tl.append({"kind": ev.kind, "path": ev.path, "line": ev.line, "time": ev.get("time"),
+                       "what": f"exit {entry.get('exitcode')}"})
+
+    def _on_worker_failed(self, ev: Event) -> None:
+        pid, lr = ev.get("worker_pid", ev.get("pid")), ev.get("local_rank")
+        if pid is not None and lr is not None:
+            self._lr_pid[(ev.host, int(lr))] = int(pid)
+
+    def _on_torch_log(self, ev: Event) -> None:
+        msg = str(ev.get("msg", ""))
+        m = re.search(r"NCCL version:? (\d+\.\d+\.\d+)", msg)
+        if m and "ProcessGroupNCCL" in msg:
+            r = self.rank_of(ev)
+            who = f"rank {r}" if r is not None else ev.path
+            self.versions_by_proc.setdefault(m.group(1), set()).add(who)
+            self.version_events.setdefault(m.group(1), ev)
+            if self.job.backend is None:
+                self.job.backend = "nccl"
+        m = re.search(r"TIMEOUT\(ms\): (\d+)", msg)
+        if m:
+            self.job.extra.setdefault("pg_timeout_ms", int(m.group(1)))
+        if self.job.torch_version is None:
+            m = re.search(r"\btorch(?:==| version:? )(\d+\.\d+\.\d+\S*)", msg)
+            if m:
+                self.job.torch_version = m.group(1)
+
+    # -- result --------------------------------------------------------------------------------------------
+    def build(self) -> JobModel:
+        """The model so far (may be called repeatedly; the builder keeps accepting events)."""
+        job = self.job
+        job.env = dict(self.env)
+        for (host, pid), info in list(self._pid_info.items()):
+            hit = self._pid_rank.get((host, pid))
+            if hit is not None and info.get("nccl_version"):
+                ri = self._rank(hit[0])
+                ri.nccl_version = ri.nccl_version or info["nccl_version"]
+        if job.backend is None:
+            if any(k.startswith("nccl.") for k in self.kinds):
+                job.backend = "nccl"
+            elif any("gloo" in str(v) for v in self.tb_collectives.values()):
+                job.backend = "gloo"
+        if job.world_size is None and job.ranks:
+            job.world_size = max(job.ranks) + 1
+        for r, coll in self.collectives.items():
+            info = self._rank(r)
+            info.last_collective = {k: v for k, v in coll.items() if k not in ("line", "path")}
+        job.extra["hosts"] = sorted(self.hosts)
+        job.extra["interfaces"] = {h: sorted(v) for h, v in sorted(self.ifaces.items())}
+        job.extra["init"] = {c: {"nranks": job.communicators.get(c, {}).get("nranks"),
+                                 "started": sorted(r for r, s in st.items()),
+                                 "complete": sorted(r for r, s in st.items() if s == "complete")}
+                             for c, st in self.init.items()}
+        job.extra["exits"] = {r: {k: v for k, v in e.items() if k not in ("text",)} for r, e in sorted(self.exits.items())}
+        job.extra["versions_by_process"] = {v: sorted(w)[:16] for v, w in sorted(self.versions_by_proc.items())}
+        job.extra["lagging_ranks"] = sorted(self.lagging)
+        job.extra["event_kinds"] = dict(sorted(self.kinds.items()))
+        for info in job.ranks.values():
+            if info.init_state == "started" and info.first_error is not None and \
+                    (info.first_error_kind or "").startswith("nccl.warn"):
+                info.init_state = "failed"
+        return job
+
+
+def traceback_collective(ev: Event) -> str | None:
+    """The torch.distributed collective a traceback stopped in (innermost distributed_c10d frame)."""
+    frames = ev.get("frames") or []
+    name = None
+    for fr in frames:
+        if isinstance(fr, dict):
+            file = str(fr.get("file") or fr.get("path") or fr.get("filename") or "")
+            func = str(fr.get("func") or fr.get("function") or fr.get("name") or "")
+        elif isinstance(fr, (list, tuple)) and len(fr) >= 3:
+            file, func = str(fr[0]), str(fr[2])
+        else:
+            continue
+        if "distributed_c10d" in file and func in COLLECTIVE_FUNCS:
+            name = func
+    if name is None:
+        for line in ev.get("lines") or []:
+            m = re.search(r'distributed_c10d\.py", line \d+, in (\w+)', str(line))
+            if m and m.group(1) in COLLECTIVE_FUNCS:
+                name = m.group(1)
+    return name
+
+
+_HANDLERS = {
+    "nccl.version": JobBuilder._on_version,
+    "nccl.init.start": JobBuilder._on_init,
+    "nccl.init.complete": JobBuilder._on_init,
+    "nccl.env": JobBuilder._on_env,
+    "nccl.transport": JobBuilder._on_transport,
+    "nccl.coll": JobBuilder._on_coll,
+    "nccl.cuda_driver": JobBuilder._on_driver,
+    "nccl.driver": JobBuilder._on_driver,
+    "nccl.network": JobBuilder._on_network,
+    "nccl.bootstrap": JobBuilder._on_network,
+    "nccl.info": JobBuilder._on_network,
+    "torch.watchdog.timeout": JobBuilder._on_watchdog,
+    "torch.work.status": JobBuilder._on_watchdog,
+    "torch.desync": JobBuilder._on_desync,
+    "python.traceback": JobBuilder._on_traceback,
+    "torch.elastic.child_failed": JobBuilder._on_child_failed,
+    "torch.elastic.worker_failed": JobBuilder._on_worker_failed,
+    "torch.log": JobBuilder._on_torch_log,
+    "torch.pg.init": JobBuilder._on_torch_log,
+}
+_PREFIX_HANDLERS = (
+    ("nccl.net", JobBuilder._on_network),
+    ("nccl.socket", JobBuilder._on_network),
+    ("nccl.bootstrap", JobBuilder._on_network),
+    ("nccl.init.", JobBuilder._on_init),
+)
