@@ -66,10 +66,19 @@ class Analyzer:
         if len(self._sample) < SAMPLE_CAP and not ev.kind.startswith(_QUIET_KINDS):
             self._sample.append(ev)
 
-    def run_source(self, src: Source) -> None:
-        """Read a whole source (streaming) and close its parser state."""
-        for line in iter_source(src):
-            self.feed(line)
+    def run_source(self, src: Source, progress: Any = None, done_before: int = 0) -> None:
+        """Read a whole source (streaming) and close its parser state.
+
+        ``progress`` (optional) gets ``update(total_lines)`` every few thousand lines.
+        """
+        if progress is None:
+            for line in iter_source(src):
+                self.feed(line)
+        else:
+            for line in iter_source(src):
+                self.feed(line)
+                if not line.lineno & 0xFFF:
+                    progress.update(done_before + line.lineno)
         self.flush(src.path)
 
     def flush(self, path: str | None = None) -> list[Event]:
@@ -151,7 +160,7 @@ class Analyzer:
 
 
 def analyze(specs: list[str] | tuple[str, ...], rules_dirs: Iterable[str] = (), stdin_name: str = "-",
-            rules: list[Rule] | None = None, env_rules: str | None = None) -> Diagnosis:
+            rules: list[Rule] | None = None, env_rules: str | None = None, progress: Any = None) -> Diagnosis:
     """Analyze files, folders, globs, ``.gz`` or ``-`` (stdin) and return the diagnosis.
 
     Args:
@@ -160,6 +169,7 @@ def analyze(specs: list[str] | tuple[str, ...], rules_dirs: Iterable[str] = (), 
         stdin_name: the name standard input gets in evidence.
         rules: exact rule set (skips loading).
         env_rules: NCCL_ANALYZER_RULES value, read by the caller.
+        progress: optional object with ``update(lines)`` and ``done()`` (the CLI's TTY indicator).
 
     Raises:
         InputError: missing or unreadable input.
@@ -168,8 +178,14 @@ def analyze(specs: list[str] | tuple[str, ...], rules_dirs: Iterable[str] = (), 
     sources = expand_inputs(list(specs), stdin_name=stdin_name)
     a = Analyzer(rules_dirs=rules_dirs, rules=rules, env_rules=env_rules)
     a.add_sources(sources)
-    for src in sources:
-        a.run_source(src)
+    total = 0
+    try:
+        for src in sources:
+            a.run_source(src, progress, total)
+            total += src.lines
+    finally:
+        if progress is not None:
+            progress.done()
     return a.finish()
 
 
