@@ -51,8 +51,8 @@ class Analyzer:
         """Parse one line (one parser state per source path) and fold its events into the analysis."""
         stream = self._streams.get(line.path)
         if stream is None:
-            stream = self._streams[line.path] = EventStream(keep_text=self._keep_text)
-        self._lines[line.path] = max(self._lines.get(line.path, 0), line.lineno)
+            stream = self._streams[line.path] = EventStream(keep_text=self._keep_text, compact=not self._keep_text)
+        self._lines[line.path] = line.lineno
         events = stream.feed(line)
         for ev in events:
             self.add_event(ev)
@@ -131,6 +131,7 @@ class Analyzer:
             "events": self.builder.events,
             "kinds": dict(sorted(self.builder.kinds.items())),
             "unparsed": sum(getattr(s, "counts", {}).get("text", 0) for s in self._streams.values()),
+            "compacted": sum(getattr(s, "compacted", 0) for s in self._streams.values()),
             "rules": len(self.rules),
             "rule_hits": len(hits),
         }

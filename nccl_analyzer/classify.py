@@ -19,20 +19,21 @@ class EventStream:
     Args:
         keep_text: also return ``text`` events for lines no grammar recognizes (the ``events`` export
             wants them; the analysis does not, and skipping them is most of the speed on big logs).
+        compact: analysis mode: repeated NCCL channel/transport/collective chatter is counted, not turned into
+            events (see ``NcclParser``).
     """
 
     __slots__ = ("_nccl", "_torch", "keep_text", "counts", "_held", "_seq")
 
-    def __init__(self, keep_text: bool = False):
-        self._nccl = NcclParser()
+    def __init__(self, keep_text: bool = False, compact: bool = False):
+        self._nccl = NcclParser(compact=compact)
         self._torch = TorchParser()
         self.keep_text = keep_text
-        self.counts = {"lines": 0, "text": 0}
+        self.counts = {"text": 0}
         self._held: list[tuple[int, int, Event]] = []
         self._seq = 0
 
     def feed(self, line: Line) -> list[Event]:
-        self.counts["lines"] += 1
         events = self._nccl.feed(line)
         if events is None:
             events = self._torch.feed(line)
@@ -41,10 +42,12 @@ class EventStream:
                 if not self.keep_text:
                     return self._release() if self._held else []
                 events = [Event("text", line.path, line.lineno, line.raw, rank=line.rank, time=line.time)]
-        if not self._held and not events:
-            return events
-        if not self._held and self._pending() is None and _ordered(events):
-            return events
+        if not self._held:
+            if not events:
+                return events
+            if len(events) == 1 or _ordered(events):
+                if self._pending() is None:
+                    return events
         for ev in events:
             self._seq += 1
             heapq.heappush(self._held, (ev.line, self._seq, ev))
@@ -66,6 +69,10 @@ class EventStream:
         while held and (limit is None or held[0][0] < limit):
             out.append(heapq.heappop(held)[2])
         return out
+
+    @property
+    def compacted(self) -> int:
+        return self._nccl.compacted
 
     def flush(self) -> list[Event]:
         for ev in self._nccl.flush() + self._torch.flush():

@@ -67,6 +67,9 @@ def version_number(v: str | None) -> str | None:
     return m.group(1) if m else v
 
 
+_TRANSPORT_BASE: dict[str, str] = {}
+
+
 class JobBuilder:
     """Builds a ``JobModel`` from events, one at a time, keeping only aggregates.
 
@@ -77,6 +80,7 @@ class JobBuilder:
     def __init__(self) -> None:
         self.job = JobModel()
         self.events = 0
+        self._transport_seen: set[int] = set()
         self.kinds: dict[str, int] = {}
         self._pid_rank: dict[tuple[str | None, int], tuple[int, int]] = {}  # (host,pid) -> (rank, nranks)
         self._pid_info: dict[tuple[str | None, int], dict[str, Any]] = {}
@@ -314,20 +318,31 @@ class JobBuilder:
                 self.job.network.setdefault("network", m.group(1))
 
     def _on_transport(self, ev: Event) -> None:
-        t = ev.get("transport") or ev.get("via")
+        # Hot: a big job logs one line per channel and peer. Only the first transport line per rank goes
+        # into the timeline and each transport kind into the network summary.
+        t = ev.fields.get("transport") or ev.fields.get("via")
         if not t:
             return
-        t = str(t)
-        tr = self.job.network.setdefault("transports", [])
-        base = t.split("/")[0] if "/" in t else t
-        if base == "P2P" or base == "NET":
-            base = "/".join(t.split("/")[:2])
-        if base not in tr and len(tr) < 16:
-            tr.append(base)
+        base = _TRANSPORT_BASE.get(t)
+        if base is None:
+            t = str(t)
+            base = t.split("/")[0] if "/" in t else t
+            if base == "P2P" or base == "NET":
+                base = "/".join(t.split("/")[:2])
+            if len(_TRANSPORT_BASE) < 4096:
+                _TRANSPORT_BASE[t] = base
+            tr = self.job.network.setdefault("transports", [])
+            if base not in tr and len(tr) < 16:
+                tr.append(base)
+        elif base not in self.job.network.get("transports", ()):
+            tr = self.job.network.setdefault("transports", [])
+            if len(tr) < 16:
+                tr.append(base)
         r = self.rank_of(ev)
-        if r is not None:
+        if r is not None and r not in self._transport_seen:
+            self._transport_seen.add(r)
             info = self._rank(r)
-            if not any(e.get("what") == "transport" for e in info.timeline[-8:]) and len(info.timeline) < TIMELINE_CAP:
+            if len(info.timeline) < TIMELINE_CAP:
                 self._timeline(ev, "transport " + base)
 
     def _on_coll(self, ev: Event) -> None:

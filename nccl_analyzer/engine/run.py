@@ -269,8 +269,10 @@ class Matcher:
         ordered_events: list[Event] = []
         if key_ev is not None:
             ordered_events.append(key_ev)
+        seen_ids = {id(ev) for ev in ordered_events}
         for ev in [it[1] for it in chosen] + pred_ev + [it[1] for it in events_all]:
-            if all(ev is not x for x in ordered_events):
+            if id(ev) not in seen_ids:
+                seen_ids.add(id(ev))
                 ordered_events.append(ev)
         if not ordered_events:
             return None

@@ -895,11 +895,21 @@ def _uncached_body(level: str, body: str) -> Parsed:
 class NcclParser:
     """Per-stream NCCL line parser (ARCHITECTURE.md "Parser contract")."""
 
-    __slots__ = ("_pending", "_pending_left")
+    __slots__ = ("_pending", "_pending_left", "compact", "compacted", "_chatter_seen", "_chatter_last")
 
-    def __init__(self) -> None:
+    def __init__(self, compact: bool = False) -> None:
+        """Args:
+            compact: analysis mode. Channel/ring/tree/transport and collective-call lines are per-channel,
+                per-peer and per-call chatter (most of a big job's log). With ``compact`` only the first line
+                of each (process, chatter kind) and each process's last chatter line become events; the rest
+                are counted in ``compacted``. The events export keeps every line.
+        """
         self._pending: Event | None = None  # a WARN whose text continues on unprefixed lines
         self._pending_left = 0
+        self.compact = compact
+        self.compacted = 0
+        self._chatter_seen: set[tuple] = set()
+        self._chatter_last: dict[tuple, Line] = {}  # (host, pid) -> last chatter line not turned into an event
 
     def feed(self, line: Line) -> list[Event] | None:
         """Events for ``line``; None when it is not an NCCL line, [] while a multi-line WARN is open."""
@@ -919,6 +929,17 @@ class NcclParser:
             return out or None
         head, level, body = split
         time, host, pid, tid, dev, millis, file, fline, func = head
+        if self.compact and level == "INFO":
+            ckey = _chatter_key(body)
+            if ckey is not None:
+                key = (host, pid, ckey)
+                if key in self._chatter_seen:
+                    self._chatter_last[(host, pid)] = line
+                    self.compacted += 1
+                    return out
+                if len(self._chatter_seen) < _CACHE_SIZE:
+                    self._chatter_seen.add(key)
+                self._chatter_last.pop((host, pid), None)
         if level == "INFO":
             kind, rank, fields = _parse_shaped(level, body)  # fields: a fresh dict
         else:
@@ -944,8 +965,18 @@ class NcclParser:
         return out
 
     def flush(self) -> list[Event]:
-        """Close a WARN still waiting for its continuation lines (end of input)."""
-        return [self._close()] if self._pending is not None else []
+        """Close a WARN still waiting for its continuation lines; in compact mode, the last chatter line of
+        each process (end of input: "the last thing rank 3 did was connect channel 5 via P2P/IPC")."""
+        out = [self._close()] if self._pending is not None else []
+        if self._chatter_last:
+            last = sorted(self._chatter_last.values(), key=lambda ln: ln.lineno)
+            self._chatter_last.clear()
+            compact, self.compact = self.compact, False
+            for line in last:
+                out.extend(self.feed(line) or ())
+            self.compact = compact
+            self.compacted -= len(last)
+        return out
 
     # -- helpers
     def _bare(self, line: Line) -> Event | None:
@@ -987,6 +1018,24 @@ class NcclParser:
 
 
 _CONTINUED_PREFIXES = tuple(prefix for prefix, _ in _CONTINUED_WARNS)
+
+
+def _chatter_key(body: str) -> str | None:
+    """For chatter bodies (compact mode), what makes one worth an event of its own; None otherwise.
+
+    "Channel 05/1 : 3[3] -> 4[4] via P2P/IPC/read" -> "via P2P/IPC/read"; "Channel 00/64 : 0 1 2" ->
+    "Channel"; "Ring 00 : ..." -> "Ring"; "Trees [0] ..." -> "Trees"; "AllReduce: opCount 3 ..." ->
+    "AllReduce:" (the COLL subsystem logs one per call).
+    """
+    if body.startswith("Channel "):
+        i = body.rfind(" via ")
+        return body[i:] if i > 0 else "Channel"
+    if body.startswith(("Ring ", "Trees", "Tree ")):
+        return body[:4]
+    word, _, rest = body.partition(" ")
+    if word.endswith(":") and rest.startswith("opCount "):
+        return word
+    return None
 
 Head = tuple  # (time, host, pid, tid, dev, millis, file, src_line, function), ints already converted
 _HEADS: dict[str, Head | None] = {}
