@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from . import parallel
 from .classify import EventStream
 from .diagnose import diagnose, pick_root
 from .engine.loader import Rule, load_rules
@@ -41,6 +42,7 @@ class Analyzer:
         self._prov: RootCause | None = None
         self._prov_dirty = True
         self._finished: Diagnosis | None = None
+        self._extra = {"text": 0, "compacted": 0}  # counts from worker processes (run_parallel)
 
     # -- input ----------------------------------------------------------------------------------------------
     def add_sources(self, sources: list[Source]) -> None:
@@ -80,6 +82,35 @@ class Analyzer:
                 if not line.lineno & 0xFFF:
                     progress.update(done_before + line.lineno)
         self.flush(src.path)
+
+    def run_parallel(self, sources: list[Source], workers: int, progress: Any = None) -> None:
+        """Parse ``sources`` in worker processes (parallel.py) and fold their events in, in input order."""
+        offsets: dict[str, int] = {}
+        total = 0
+        for res in parallel.iter_results(parallel.plan_units(sources, workers), workers):
+            path = res.path
+            base = offsets.get(path, 0)
+            for ev in res.events:
+                if base:
+                    ev.line += base
+                    if ev.end_line is not None:
+                        ev.end_line += base
+                self.add_event(ev)
+            offsets[path] = base + res.lines
+            self._lines[path] = offsets[path]
+            self._extra["text"] += res.text
+            self._extra["compacted"] += res.compacted
+            for w in res.warnings:
+                for s in sources:
+                    if s.path == path and w not in s.warnings:
+                        s.warnings.append(w)
+            total += res.lines
+            if progress is not None:
+                progress.update(total)
+        for s in sources:
+            s.lines = offsets.get(s.path, s.lines)
+            if s.lines == 0 and "input is empty" not in s.warnings:
+                s.warnings.append("input is empty")
 
     def flush(self, path: str | None = None) -> list[Event]:
         """Close multi-line events still open (a traceback at the end of a file)."""
@@ -130,8 +161,9 @@ class Analyzer:
             "lines": sum(i.lines for i in inputs),
             "events": self.builder.events,
             "kinds": dict(sorted(self.builder.kinds.items())),
-            "unparsed": sum(getattr(s, "counts", {}).get("text", 0) for s in self._streams.values()),
-            "compacted": sum(getattr(s, "compacted", 0) for s in self._streams.values()),
+            "unparsed": self._extra["text"] + sum(getattr(s, "counts", {}).get("text", 0)
+                                                  for s in self._streams.values()),
+            "compacted": self._extra["compacted"] + sum(getattr(s, "compacted", 0) for s in self._streams.values()),
             "rules": len(self.rules),
             "rule_hits": len(hits),
         }
@@ -161,7 +193,8 @@ class Analyzer:
 
 
 def analyze(specs: list[str] | tuple[str, ...], rules_dirs: Iterable[str] = (), stdin_name: str = "-",
-            rules: list[Rule] | None = None, env_rules: str | None = None, progress: Any = None) -> Diagnosis:
+            rules: list[Rule] | None = None, env_rules: str | None = None, progress: Any = None,
+            workers: int | None = None) -> Diagnosis:
     """Analyze files, folders, globs, ``.gz`` or ``-`` (stdin) and return the diagnosis.
 
     Args:
@@ -171,6 +204,7 @@ def analyze(specs: list[str] | tuple[str, ...], rules_dirs: Iterable[str] = (), 
         rules: exact rule set (skips loading).
         env_rules: NCCL_ANALYZER_RULES value, read by the caller.
         progress: optional object with ``update(lines)`` and ``done()`` (the CLI's TTY indicator).
+        workers: parser processes for big inputs (default: the CPUs available; 1 disables).
 
     Raises:
         InputError: missing or unreadable input.
@@ -181,9 +215,13 @@ def analyze(specs: list[str] | tuple[str, ...], rules_dirs: Iterable[str] = (), 
     a.add_sources(sources)
     total = 0
     try:
-        for src in sources:
-            a.run_source(src, progress, total)
-            total += src.lines
+        workers = parallel.worker_count() if workers is None else workers
+        if parallel.should_parallelize(sources, workers):
+            a.run_parallel(sources, workers, progress)
+        else:
+            for src in sources:
+                a.run_source(src, progress, total)
+                total += src.lines
     finally:
         if progress is not None:
             progress.done()

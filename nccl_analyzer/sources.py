@@ -31,6 +31,7 @@ _ROLE = re.compile(r"\[([A-Za-z_][\w-]*?)(\d+)\]:")
 _RANK = re.compile(r"\[rank(\d+)\]:")
 _SRUN = re.compile(r" {0,4}(\d{1,5}): ")
 _PREFIX_START = frozenset("0123456789[ ")
+_SRUN_START = frozenset("0123456789 ")
 
 _LOGDIR_RANK = re.compile(r"attempt_\d+/(\d+)/(?:stdout|stderr)\.log$")
 _RANK_IN_NAME = re.compile(r"(?:^|[._/-])rank[_-]?(\d+)(?:[._/-]|$)")
@@ -227,22 +228,26 @@ def clean_text(s: str, src: Source, lineno: int, truncated: bool = False) -> Lin
     local_rank = src.local_rank
     time = None
     if s and s[0] in _PREFIX_START:
-        m = _CONTAINER_TS.match(s)
-        if m:
-            time = m.group(1)
-            s = s[m.end():]
-        m = _ROLE.match(s)
-        if m and m.group(1) != "rank":
-            local_rank = int(m.group(2))
-            s = s[m.end():]
-        m = _RANK.match(s)
-        if m:
-            rank = int(m.group(1))
-            s = s[m.end():]
-            if s.startswith(" "):
-                # torch's excepthook writes "[rank0]: " + line; the c10 logger "[rank0]:[E...".
-                s = s[1:]
-        elif rank is None:
+        # Cheap character tests first: most lines have no wrapper prefix, and a regex call costs ~0.3 us.
+        if len(s) > 20 and s[4] == "-" and s[10] == "T":
+            m = _CONTAINER_TS.match(s)
+            if m:
+                time = m.group(1)
+                s = s[m.end():]
+        if s.startswith("[") and not s.startswith("[rank"):
+            m = _ROLE.match(s)
+            if m:
+                local_rank = int(m.group(2))
+                s = s[m.end():]
+        if s.startswith("[rank"):
+            m = _RANK.match(s)
+            if m:
+                rank = int(m.group(1))
+                s = s[m.end():]
+                if s.startswith(" "):
+                    # torch's excepthook writes "[rank0]: " + line; the c10 logger "[rank0]:[E...".
+                    s = s[1:]
+        elif rank is None and s[:1] in _SRUN_START:
             m = _SRUN.match(s)
             if m and _looks_like_srun_payload(s, m.end()):
                 rank = int(m.group(1))

@@ -1,0 +1,198 @@
+"""Parse big inputs in several processes: files and byte ranges of large files, events back in input order.
+
+Parsing is ~90% of the work and independent per input stream; the job model and the rule engine need the
+events of all inputs in one place. Each worker reads one unit (a whole file, or a byte range of a large plain
+file cut at a safe line), runs the parsers in analysis (compact) mode, and returns its events: in compact
+mode those are a few percent of the lines, so shipping them back costs little. The main process folds them
+into the analysis in input order, so the result does not depend on the number of workers.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import re
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Iterator
+
+from .classify import EventStream
+from .model import Event
+from .sources import Source, clean_text, open_binary, read_text_lines
+
+#: Below this many bytes in total, one process is faster than starting workers.
+MIN_PARALLEL_BYTES = 32 << 20
+#: A large plain file is cut into ranges of about this size.
+CHUNK_BYTES = 48 << 20
+#: Ranges are never smaller than this (tests lower it to force cuts in small inputs).
+MIN_CHUNK_BYTES = 4 << 20
+#: How far past a nominal cut we look for a safe line to start a range on.
+_SEARCH = 4 << 20
+#: A range may start only on an NCCL-prefixed line with no Python traceback in the bytes just before it,
+#: so no multi-line event (traceback, WARN continuation) is cut in two.
+_SAFE_START = re.compile(rb"\n(?=[^\n\[]{0,40}[\w.-]+:\d+:\d+ \[\d+\] NCCL INFO )")
+_LOOKBACK = 16 << 10
+_TRACEBACK_HINTS = (b"Traceback (most recent call last)", b'  File "', b"Failures:", b"NCCL WARN")
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """One piece of work: a source, or the byte range [start, end) of a plain file (end -1: to EOF)."""
+
+    index: int
+    source: Source
+    start: int = 0
+    end: int = -1
+
+
+@dataclass(slots=True)
+class UnitResult:
+    index: int
+    path: str
+    events: list[Event]
+    lines: int
+    text: int
+    compacted: int
+    warnings: list[str]
+
+
+def plan_units(sources: list[Source], workers: int = 1, chunk_bytes: int = CHUNK_BYTES) -> list[Unit]:
+    """Units in input order; large uncompressed files are cut at safe line starts.
+
+    Ranges are at most ``chunk_bytes`` and small enough that every worker gets about two of them.
+    """
+    units: list[Unit] = []
+    sizes = [_plain_size(src) for src in sources]
+    total = sum(s or 0 for s in sizes)
+    chunk_bytes = max(MIN_CHUNK_BYTES, min(chunk_bytes, total // max(1, 2 * workers)))
+    for src, size in zip(sources, sizes):
+        if size is None or size <= chunk_bytes * 1.5:
+            units.append(Unit(len(units), src))
+            continue
+        cuts = [0]
+        with open(src.real, "rb") as f:  # type: ignore[arg-type]
+            nominal = chunk_bytes
+            while nominal < size - chunk_bytes // 2:
+                cut = _safe_cut(f, nominal, size)
+                if cut is not None and cut > cuts[-1]:
+                    cuts.append(cut)
+                nominal = max(nominal + chunk_bytes, (cut or 0) + chunk_bytes // 2)
+        bounds = cuts + [-1]
+        for a, b in zip(bounds, bounds[1:]):
+            units.append(Unit(len(units), src, a, b))
+    return units
+
+
+def _plain_size(src: Source) -> int | None:
+    if src.real is None:
+        return None
+    try:
+        with open(src.real, "rb") as f:
+            if f.read(2) == b"\x1f\x8b":
+                return None  # gzip cannot be entered in the middle
+        return os.path.getsize(src.real)
+    except OSError:
+        return None
+
+
+def _safe_cut(f, nominal: int, size: int) -> int | None:
+    f.seek(max(0, nominal - _LOOKBACK))
+    window = f.read(min(_SEARCH + _LOOKBACK, size - max(0, nominal - _LOOKBACK)))
+    base = max(0, nominal - _LOOKBACK)
+    for m in _SAFE_START.finditer(window, nominal - base):
+        before = window[max(0, m.start() - _LOOKBACK):m.start()]
+        if not any(h in before for h in _TRACEBACK_HINTS):
+            return base + m.start() + 1
+    return None
+
+
+def parse_unit(unit: Unit) -> UnitResult:
+    """Worker: parse one unit in compact mode; line numbers are relative to the unit's first line."""
+    src = unit.source
+    stream = open_binary(src)
+    events: list[Event] = []
+    es = EventStream(keep_text=False, compact=True)
+    feed = es.feed
+    lineno = 0
+    local = Source(path=src.path, real=src.real, local_rank=src.local_rank, rank=src.rank)
+    try:
+        if unit.start:
+            stream.seek(unit.start)
+        limited = _Limited(stream, unit.end - unit.start) if unit.end >= 0 else stream
+        for s, truncated in read_text_lines(limited, local):
+            lineno += 1
+            out = feed(clean_text(s, local, lineno, truncated))
+            if out:
+                events.extend(out)
+        events.extend(es.flush())
+    finally:
+        stream.close()
+    return UnitResult(unit.index, src.path, events, lineno, es.counts["text"], es.compacted, local.warnings)
+
+
+class _Limited:
+    """A read1/read view of a binary stream that stops after ``left`` bytes."""
+
+    __slots__ = ("_f", "_left")
+
+    def __init__(self, f, left: int):
+        self._f = f
+        self._left = left
+
+    def read1(self, n: int = -1) -> bytes:
+        if self._left <= 0:
+            return b""
+        b = self._f.read(min(n if n > 0 else self._left, self._left))
+        self._left -= len(b)
+        return b
+
+    read = read1
+
+
+def _warm_parsers() -> None:
+    # Build the Lark parsers before forking, so that workers inherit them instead of each building its own.
+    from .parse import nccl, torch
+
+    nccl.body_parser()
+    torch._lark_torch()
+    torch._lark_tb()
+
+
+def worker_count() -> int:
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        n = os.cpu_count() or 1
+    return max(1, min(n, 16))
+
+
+def iter_results(units: list[Unit], workers: int) -> Iterator[UnitResult]:
+    """Results in unit order, at most ``2 * workers`` units in flight (bounded memory)."""
+    _warm_parsers()
+    ctx = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        pending: list[Future] = []
+        it = iter(units)
+        for unit in it:
+            pending.append(pool.submit(parse_unit, unit))
+            if len(pending) >= 2 * workers:
+                break
+        while pending:
+            fut = pending.pop(0)
+            yield fut.result()
+            nxt = next(it, None)
+            if nxt is not None:
+                pending.append(pool.submit(parse_unit, nxt))
+
+
+def should_parallelize(sources: list[Source], workers: int) -> bool:
+    if workers < 2:
+        return False
+    total = 0
+    for src in sources:
+        if src.real is None:
+            return False  # stdin is one stream, read as it comes
+        try:
+            total += os.path.getsize(src.real)
+        except OSError:
+            return False
+    return total >= MIN_PARALLEL_BYTES

@@ -1,0 +1,52 @@
+"""Parsing in several processes gives the same diagnosis as one process, cut points never split events."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nccl_analyzer import parallel
+from nccl_analyzer.analysis import analyze
+from nccl_analyzer.sources import expand_inputs
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture()
+def big_log(tmp_path: Path) -> Path:
+    out = tmp_path / "job.log"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "generate_log.py"), "--ranks", "64",
+                    "--lines", "60000", "-o", str(out)], check=True, capture_output=True)
+    # a real failure buried in the middle: the OOM fixture's traceback must not be cut by a range boundary
+    text = out.read_text().splitlines(keepends=True)
+    oom = (ROOT / "fixtures" / "h200-nccl-2.28.9" / "06_oom" / "log.txt").read_text().splitlines(keepends=True)
+    mid = len(text) // 2
+    out.write_text("".join(text[:mid] + oom + text[mid:]))
+    return out
+
+
+def test_parallel_equals_serial(big_log, monkeypatch):
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_BYTES", 0)
+    monkeypatch.setattr(parallel, "MIN_CHUNK_BYTES", 64 << 10)
+    units = parallel.plan_units(expand_inputs([str(big_log)]), workers=2, chunk_bytes=256 << 10)
+    assert len(units) > 4, "the input is cut into several ranges"
+    serial = analyze([str(big_log)], workers=1)
+    par = analyze([str(big_log)], workers=2)
+    assert par.root_cause is not None and serial.root_cause is not None
+    assert par.root_cause.to_dict() == serial.root_cause.to_dict()
+    assert [f.to_dict() for f in par.findings] == [f.to_dict() for f in serial.findings]
+    assert par.inputs == serial.inputs
+    assert par.job.to_dict()["ranks"] == serial.job.to_dict()["ranks"]
+    ev = par.root_cause.evidence[0]
+    lines = big_log.read_text().splitlines()
+    assert lines[ev.line - 1] == ev.text, "evidence line numbers are right after re-basing"
+
+
+def test_cuts_start_on_nccl_lines_outside_tracebacks(big_log):
+    units = parallel.plan_units(expand_inputs([str(big_log)]), workers=2, chunk_bytes=128 << 10)
+    data = big_log.read_bytes()
+    for u in units[1:]:
+        assert data[u.start - 1:u.start] == b"\n"
+        assert b" NCCL INFO " in data[u.start:data.index(b"\n", u.start)]
