@@ -42,7 +42,7 @@ class Analyzer:
         self._prov: RootCause | None = None
         self._prov_dirty = True
         self._finished: Diagnosis | None = None
-        self._extra = {"text": 0, "compacted": 0}  # counts from worker processes (run_parallel)
+        self._extra = {"text": 0, "compacted": 0, "parser_errors": 0}  # counts from worker processes (run_parallel)
 
     # -- input ----------------------------------------------------------------------------------------------
     def add_sources(self, sources: list[Source]) -> None:
@@ -95,11 +95,15 @@ class Analyzer:
                     ev.line += base
                     if ev.end_line is not None:
                         ev.end_line += base
+                    numbers = ev.fields.get("line_numbers")
+                    if numbers:
+                        ev.fields["line_numbers"] = [n + base for n in numbers]
                 self.add_event(ev)
             offsets[path] = base + res.lines
             self._lines[path] = offsets[path]
             self._extra["text"] += res.text
             self._extra["compacted"] += res.compacted
+            self._extra["parser_errors"] += res.parser_errors
             for w in res.warnings:
                 for s in sources:
                     if s.path == path and w not in s.warnings:
@@ -164,6 +168,8 @@ class Analyzer:
             "unparsed": self._extra["text"] + sum(getattr(s, "counts", {}).get("text", 0)
                                                   for s in self._streams.values()),
             "compacted": self._extra["compacted"] + sum(getattr(s, "compacted", 0) for s in self._streams.values()),
+            "parser_errors": self._extra["parser_errors"] + sum(getattr(s, "parser_errors", 0)
+                                                                for s in self._streams.values()),
             "rules": len(self.rules),
             "rule_hits": len(hits),
         }

@@ -74,6 +74,10 @@ class EventStream:
     def compacted(self) -> int:
         return self._nccl.compacted
 
+    @property
+    def parser_errors(self) -> int:
+        return self._torch.errors
+
     def flush(self) -> list[Event]:
         for ev in self._nccl.flush() + self._torch.flush():
             self._seq += 1

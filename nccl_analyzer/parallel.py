@@ -53,6 +53,7 @@ class UnitResult:
     text: int
     compacted: int
     warnings: list[str]
+    parser_errors: int = 0
 
 
 def plan_units(sources: list[Source], workers: int = 1, chunk_bytes: int = CHUNK_BYTES) -> list[Unit]:
@@ -126,7 +127,8 @@ def parse_unit(unit: Unit) -> UnitResult:
         events.extend(es.flush())
     finally:
         stream.close()
-    return UnitResult(unit.index, src.path, events, lineno, es.counts["text"], es.compacted, local.warnings)
+    return UnitResult(unit.index, src.path, events, lineno, es.counts["text"], es.compacted, local.warnings,
+                      es.parser_errors)
 
 
 class _Limited:

@@ -327,6 +327,9 @@ def key_line(ev: Event, bound: dict[str, Any] | None = None) -> Evidence:
             exc_line = ev.fields.get("exc_line")
             if isinstance(exc_line, int) and lines[idx] == ev.fields.get("exc_text"):
                 return Evidence(ev.path, exc_line, lines[idx])
+            numbers = ev.fields.get("line_numbers")
+            if numbers and idx < len(numbers):
+                return Evidence(ev.path, numbers[idx], lines[idx])
             return Evidence(ev.path, ev.line + idx, lines[idx])
     return Evidence(ev.path, ev.line, ev.text)
 

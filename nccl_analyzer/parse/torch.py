@@ -813,7 +813,7 @@ class _Block:
     """One open multi-line text: a traceback, a lone exception, a log record with continuation lines, a
     ``terminate called`` + ``what():`` pair, or a stand-alone ChildFailedError block."""
 
-    __slots__ = ("kind", "key", "line", "rank", "local_rank", "time", "lines", "nlines", "end_line", "state",
+    __slots__ = ("kind", "key", "line", "rank", "local_rank", "time", "lines", "linenos", "nlines", "end_line", "state",
                  "frames", "chain", "exc", "msg", "expect_last", "generic", "junk", "child", "child_done",
                  "record", "last_seen", "truncated", "pending_code", "saw_blank", "seen", "msg_at")
 
@@ -825,6 +825,7 @@ class _Block:
         self.local_rank = line.local_rank
         self.time = line.time
         self.lines = [line.raw]
+        self.linenos = [line.lineno]  # interleaved ranks: a block's lines need not be consecutive
         self.nlines = 1
         self.end_line = line.lineno
         self.state = "frames" if kind == "tb" else "message"
@@ -853,6 +854,7 @@ class _Block:
         self.nlines += 1
         if len(self.lines) < MAX_BLOCK_LINES:
             self.lines.append(line.raw)
+            self.linenos.append(line.lineno)
         else:
             self.truncated = True
         self.end_line = line.lineno
@@ -897,12 +899,13 @@ class TorchParser:
     of anything still held, so the dispatcher can keep the stream ordered.
     """
 
-    __slots__ = ("_blocks", "_pending", "_count")
+    __slots__ = ("_blocks", "_pending", "_count", "errors")
 
     def __init__(self) -> None:
         self._blocks: list[_Block] = []
         self._pending: list[Event] = []
         self._count = 0
+        self.errors = 0  # lines dropped because parsing raised: reported in the diagnosis stats
 
     # -------------------------------------------------------------------------------- public API
     @property
@@ -920,7 +923,9 @@ class TorchParser:
         try:
             out = self._feed(line)
         except (LarkError, VisitError, ValueError, IndexError, KeyError, TypeError, AttributeError):
-            # Odd input must never stop the analysis: drop what was open for this line and move on.
+            # Odd input must never stop the analysis: drop what was open for this line and move on; the
+            # count shows up in the diagnosis stats (and a test requires it to be 0 on every fixture).
+            self.errors += 1
             self._blocks = [b for b in self._blocks if b.line is not line]
             out = None
         if self._pending:
@@ -1208,6 +1213,7 @@ class TorchParser:
             kind = "torch.desync"
         if b.nlines > 1:
             fields["lines"] = b.lines
+            fields["line_numbers"] = b.linenos
             if b.truncated:
                 fields["truncated"] = True
             fields["message"] = "\n".join([rec.get("msg", "")] + cont)
@@ -1253,6 +1259,7 @@ class TorchParser:
         if b.frames:
             fields["last_frame"] = b.frames[-1]
         fields["lines"] = b.lines
+        fields["line_numbers"] = b.linenos
         if b.truncated:
             fields["truncated"] = True
         kind = "python.traceback" if b.kind == "tb" else "python.exception"
