@@ -86,7 +86,9 @@ def make_fix(rule: Rule, bound: dict[str, Any]) -> Fix:
         templates = [templates]
     summary = next((s for s in (render_template(t, bound) for t in templates) if s), "") \
         or render_template(fx["summary"], bound) or re.sub(r"\{(\w+)\}", r"<\1>", fx["summary"])
-    env = {k: (render_template(v, bound) or re.sub(r"\{(\w+)\}", r"<\1>", v)) for k, v in fx.get("env", {}).items()}
+    # An env value that needs a value the log does not show is left out: scripts (and --verify-fix) apply
+    # fix.env as it is, so a placeholder there would be worse than nothing; the summary says what to set.
+    env = {k: r for k, r in ((k, render_template(v, bound)) for k, v in fx.get("env", {}).items()) if r}
     cmds = tuple(render_template(c, bound) or re.sub(r"\{(\w+)\}", r"<\1>", c) for c in fx.get("commands", []))
     return Fix(summary=summary, env=env, commands=cmds)
 
