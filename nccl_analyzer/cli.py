@@ -117,7 +117,7 @@ def analyze_cmd(inputs: tuple[str, ...], fmt: str, output: str | None, html_path
             diagnosis = analyze(list(inputs), rules_dirs=rules_dirs, stdin_name=stdin_name, progress=progress)
         if reproduce:
             diagnosis = _reproduce(diagnosis, verify_fix=verify_fix, dry_run=dry_run, timeout=repro_timeout,
-                                   quiet=quiet)
+                                   quiet=quiet, rules_dirs=rules_dirs)
         _emit(diagnosis, fmt=fmt, output=output, html_path=html_path, redact=redact, verbose=verbose)
     except AnalyzerError as exc:
         _fail(exc, show_traceback)
@@ -138,10 +138,10 @@ def _quiet_broken_pipe() -> None:
     sys.exit(int(ExitCode.CLEAN))
 
 
-def _reproduce(diagnosis, *, verify_fix: bool, dry_run: bool, timeout: float, quiet: bool):
+def _reproduce(diagnosis, *, verify_fix: bool, dry_run: bool, timeout: float, quiet: bool, rules_dirs):
     from .reproduce import reproduce
 
-    return reproduce(diagnosis, verify_fix=verify_fix, dry_run=dry_run, timeout=timeout,
+    return reproduce(diagnosis, verify_fix=verify_fix, dry_run=dry_run, timeout=timeout, rules_dirs=rules_dirs,
                      progress=None if quiet or not sys.stderr.isatty() else sys.stderr)
 
 
