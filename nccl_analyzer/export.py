@@ -3,24 +3,23 @@ from __future__ import annotations
 
 import csv
 import fnmatch
+import io
 import json
 from collections import Counter
 from typing import IO, Iterable, Iterator
 
+from . import parallel
 from .classify import EventStream
 from .model import Event
 from .sources import expand_inputs, iter_source
 
+EXPORT_CHUNK_BYTES = 8 << 20
 CSV_COLUMNS = ("kind", "path", "line", "end_line", "host", "pid", "tid", "rank", "cuda_dev", "time", "text", "fields")
 
 
 def iter_events(specs: list[str], *, keep_text: bool = True, stdin_name: str = "-") -> Iterator[Event]:
     """Events of all inputs, streaming, in input order within each input (one parser state per input)."""
-    for src in expand_inputs(specs, stdin_name=stdin_name):
-        stream = EventStream(keep_text=keep_text)
-        for line in iter_source(src):
-            yield from stream.feed(line)
-        yield from stream.flush()
+    yield from _iter_source_events(expand_inputs(specs, stdin_name=stdin_name), keep_text)
 
 
 def _selected(events: Iterable[Event], kinds: tuple[str, ...]) -> Iterator[Event]:
@@ -32,33 +31,90 @@ def _selected(events: Iterable[Event], kinds: tuple[str, ...]) -> Iterator[Event
             yield ev
 
 
+def _export_unit(args: tuple) -> tuple[str, Counter]:
+    """Worker: one unit's events, already formatted (the JSON encoding is most of the export's cost)."""
+    unit, first_line, fmt, kinds, keep_text = args
+    counts: Counter = Counter()
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n") if fmt == "csv" else None
+    stream = EventStream(keep_text=keep_text)
+
+    def events() -> Iterator[Event]:
+        for line in parallel.iter_unit_lines(unit, first_line):
+            yield from stream.feed(line)
+        yield from stream.flush()
+
+    for ev in _selected(events(), kinds):
+        counts[ev.kind] += 1
+        _write_one(ev, fmt, buf, writer)
+    return buf.getvalue(), counts
+
+
+def _write_one(ev: Event, fmt: str, out: IO[str], writer) -> None:
+    if fmt == "jsonl":
+        out.write(json.dumps(ev.to_dict(), ensure_ascii=False, default=str))
+        out.write("\n")
+    elif fmt == "csv":
+        writer.writerow(_csv_row(ev))
+    else:
+        out.write(_table_row(ev))
+
+
 def write_events(specs: list[str], *, fmt: str, out: IO[str], kinds: tuple[str, ...] = (), keep_text: bool = True,
-                 redact: bool = False, stdin_name: str = "-") -> Counter:
-    """Write events as jsonl, csv or an aligned table; returns the count of events per kind."""
+                 redact: bool = False, stdin_name: str = "-", workers: int | None = None) -> Counter:
+    """Write events as jsonl, csv or an aligned table; returns the count of events per kind.
+
+    Big inputs are parsed and encoded in worker processes, in byte ranges whose output is written in input
+    order (not with --redact: its name mapping must be learned in one pass to stay consistent).
+    """
+    sources = expand_inputs(specs, stdin_name=stdin_name)
+    workers = parallel.worker_count() if workers is None else workers
+    if fmt == "csv":
+        csv.writer(out, lineterminator="\n").writerow(CSV_COLUMNS)
+    if not redact and parallel.should_parallelize(sources, workers):
+        return _write_parallel(sources, fmt, out, kinds, keep_text, workers)
     counts: Counter = Counter()
     redactor = None
     if redact:
         from .redact import Redactor
 
         redactor = Redactor()
-    writer = None
-    if fmt == "csv":
-        writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(CSV_COLUMNS)
-    for ev in _selected(iter_events(specs, keep_text=keep_text, stdin_name=stdin_name), kinds):
+    writer = csv.writer(out, lineterminator="\n") if fmt == "csv" else None
+    for ev in _selected(_iter_source_events(sources, keep_text), kinds):
         counts[ev.kind] += 1
         if redactor is not None:
             ev = redactor.event(ev)
-        if fmt == "jsonl":
-            out.write(json.dumps(ev.to_dict(), ensure_ascii=False, default=str))
-            out.write("\n")
-        elif fmt == "csv":
-            assert writer is not None
-            writer.writerow(_csv_row(ev))
-        else:
-            out.write(_table_row(ev))
+        _write_one(ev, fmt, out, writer)
     out.flush()
     return counts
+
+
+def _write_parallel(sources, fmt: str, out: IO[str], kinds: tuple[str, ...], keep_text: bool,
+                    workers: int) -> Counter:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    # Small ranges: a range's formatted output is held in memory until it is written.
+    units = parallel.plan_units(sources, workers, chunk_bytes=EXPORT_CHUNK_BYTES)
+    firsts = parallel.line_offsets(units)
+    counts: Counter = Counter()
+    parallel._warm_parsers()
+    ctx = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        jobs = ((u, first, fmt, kinds, keep_text) for u, first in zip(units, firsts))
+        for text, c in pool.map(_export_unit, jobs, chunksize=1):
+            out.write(text)
+            counts.update(c)
+    out.flush()
+    return counts
+
+
+def _iter_source_events(sources, keep_text: bool) -> Iterator[Event]:
+    for src in sources:
+        stream = EventStream(keep_text=keep_text)
+        for line in iter_source(src):
+            yield from stream.feed(line)
+        yield from stream.flush()
 
 
 def _csv_row(ev: Event) -> list:

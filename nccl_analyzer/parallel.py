@@ -106,6 +106,52 @@ def _safe_cut(f, nominal: int, size: int) -> int | None:
     return None
 
 
+def line_offsets(units: list[Unit]) -> list[int]:
+    """For each unit, the number of lines before it in its file (counting newlines, ~1 GB/s)."""
+    out: list[int] = []
+    prev_path, count, pos = None, 0, 0
+    f = None
+    try:
+        for u in units:
+            if u.source.path != prev_path:
+                if f is not None:
+                    f.close()
+                f = open(u.source.real, "rb") if u.start or u.end >= 0 else None  # type: ignore[arg-type]
+                prev_path, count, pos = u.source.path, 0, 0
+            if f is not None and u.start > pos:
+                f.seek(pos)
+                left = u.start - pos
+                while left > 0:
+                    block = f.read(min(left, 16 << 20))
+                    if not block:
+                        break
+                    count += block.count(b"\n")
+                    left -= len(block)
+                pos = u.start
+            out.append(count)
+    finally:
+        if f is not None:
+            f.close()
+    return out
+
+
+def iter_unit_lines(unit: Unit, first_line: int = 0) -> Iterator:
+    """Clean lines of one unit, numbered from ``first_line + 1``."""
+    src = unit.source
+    stream = open_binary(src)
+    local = Source(path=src.path, real=src.real, local_rank=src.local_rank, rank=src.rank)
+    try:
+        if unit.start:
+            stream.seek(unit.start)
+        limited = _Limited(stream, unit.end - unit.start) if unit.end >= 0 else stream
+        lineno = first_line
+        for s, truncated in read_text_lines(limited, local):
+            lineno += 1
+            yield clean_text(s, local, lineno, truncated)
+    finally:
+        stream.close()
+
+
 def parse_unit(unit: Unit) -> UnitResult:
     """Worker: parse one unit in compact mode; line numbers are relative to the unit's first line."""
     src = unit.source

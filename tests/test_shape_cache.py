@@ -41,7 +41,7 @@ def test_shape_cache_equals_fresh_parse(seed):
     for body in sample:
         got = nccl._parse_shaped("INFO", body)
         want = nccl._uncached_body("INFO", body)
-        if got != (want[0], want[1], dict(want[2])):
+        if got != (want[0], want[1], dict(want[2])) or list(got[2]) != list(want[2]):
             wrong.append((body, got, want))
     assert not wrong, wrong[:3]
     served = sum(1 for b in nccl._SHAPES.values() if b is not nccl._UNCACHEABLE)

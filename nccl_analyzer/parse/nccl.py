@@ -755,44 +755,58 @@ def _build(tpl: Any, nums: list[str]) -> Any:
 
 
 class _FieldsBuilder:
-    """A compiled shape template: constant fields copied, number-derived fields filled from the tokens."""
+    """A compiled shape template: fields rebuilt from the number tokens, in the order Lark's parse gave them
+    (so an event's JSON is the same bytes whichever path parsed it)."""
 
-    __slots__ = ("kind", "rank", "consts", "ints", "fmts", "nested")
+    __slots__ = ("kind", "rank", "steps")
 
-    def __init__(self, kind: str, rank_tpl: Any, fields_tpl: dict[str, Any]):
+    _CONST, _INT, _FMT, _NESTED, _MSG = range(5)
+
+    def __init__(self, kind: str, rank_tpl: Any, fields_tpl: dict[str, Any], order: list[str]):
         self.kind = kind
         self.rank = rank_tpl
-        self.consts: dict[str, Any] = {}
-        self.ints: list[tuple[str, int]] = []  # field = int(token i), the common case
-        self.fmts: list[tuple[str, str]] = []  # field = str template of tokens
-        self.nested: list[tuple[str, Any]] = []
-        for key, tpl in fields_tpl.items():
+        steps: list[tuple[str, int, Any]] = []
+        for key in order:
             if key == "msg":
-                continue  # always the body itself
+                steps.append((key, self._MSG, None))  # always the body itself
+                continue
+            tpl = fields_tpl[key]
             if tpl[0] == "const":
-                self.consts[key] = tpl[1]
+                steps.append((key, self._CONST, tpl[1]))
             elif tpl[0] == "int" and _DIRECT_RE.fullmatch(tpl[1]):
-                self.ints.append((key, int(tpl[1][1:-1])))
+                steps.append((key, self._INT, int(tpl[1][1:-1])))
             elif tpl[0] == "str":
-                self.fmts.append((key, tpl[1]))
+                steps.append((key, self._FMT, tpl[1]))
             else:
-                self.nested.append((key, tpl))
+                steps.append((key, self._NESTED, tpl))
+        self.steps = steps
 
     def build(self, body: str, nums: list[str]) -> Parsed:
-        fields = self.consts.copy()
-        for key, i in self.ints:
-            fields[key] = int(nums[i])
-        if self.fmts:
-            for key, fmt in self.fmts:
-                fields[key] = fmt.format(*nums)
-        if self.nested:
-            for key, tpl in self.nested:
-                fields[key] = _build(tpl, nums)
-        fields["msg"] = body
+        fields: dict[str, Any] = {}
+        for key, op, arg in self.steps:
+            if op == 1:
+                fields[key] = int(nums[arg])
+            elif op == 0:
+                # constants may be lists/dicts: share nothing between events
+                fields[key] = arg if arg is None or isinstance(arg, (str, int, float, bool)) else _copy(arg)
+            elif op == 2:
+                fields[key] = arg.format(*nums)
+            elif op == 4:
+                fields[key] = body
+            else:
+                fields[key] = _build(arg, nums)
         rank = self.rank
         if rank[0] == "const":
             return self.kind, rank[1], fields
         return self.kind, _build(rank, nums), fields
+
+
+def _copy(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    return value
 
 
 _DIRECT_RE = re.compile(r"\{\d+\}")
@@ -838,7 +852,7 @@ def _learn_shape(level: str, body: str, nums: list[str], real: Parsed) -> Any:
     fields_tpl = _leaf_template(real_fields, {k: v for k, v in probe[2].items() if k != "msg"}, sentinels)
     if rank_tpl is _UNCACHEABLE or fields_tpl is _UNCACHEABLE:
         return _UNCACHEABLE
-    candidate = _FieldsBuilder(real[0], rank_tpl, fields_tpl[1])
+    candidate = _FieldsBuilder(real[0], rank_tpl, fields_tpl[1], list(real[2]))
     if candidate.build(body, nums) != real:
         return _UNCACHEABLE
     if ones[0] == real[0]:
