@@ -50,3 +50,19 @@ def test_cuts_start_on_nccl_lines_outside_tracebacks(big_log):
     for u in units[1:]:
         assert data[u.start - 1:u.start] == b"\n"
         assert b" NCCL INFO " in data[u.start:data.index(b"\n", u.start)]
+
+
+def test_parallel_events_export_is_byte_identical(big_log, monkeypatch, tmp_path):
+    import io
+
+    from nccl_analyzer import export
+
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_BYTES", 0)
+    monkeypatch.setattr(parallel, "MIN_CHUNK_BYTES", 64 << 10)
+    monkeypatch.setattr(export, "EXPORT_CHUNK_BYTES", 200 << 10)
+    for fmt in ("jsonl", "csv"):
+        serial, par = io.StringIO(), io.StringIO()
+        c1 = export.write_events([str(big_log)], fmt=fmt, out=serial, workers=1)
+        c2 = export.write_events([str(big_log)], fmt=fmt, out=par, workers=2)
+        assert c1 == c2 and sum(c1.values()) > 50000
+        assert serial.getvalue() == par.getvalue()
