@@ -916,6 +916,9 @@ class TorchParser:
     def feed(self, line: Line) -> list[Event] | None:
         """Events for one line (see the class docstring)."""
         text = line.text
+        if _TB_HEADER in text and not text.startswith(_TB_HEADER):
+            line = _glued_header(line)
+            text = line.text
         if not self._blocks:
             rx = _PRE_BY_CHAR.get(text[:1])
             if rx is None or rx.match(text) is None:
@@ -1301,6 +1304,23 @@ class TorchParser:
 
 
 # ------------------------------------------------------------------------------------------ helpers
+
+_TB_HEADER = "Traceback (most recent call last):"
+_GLUED_RANK = re.compile(r"\[rank(\d+)\]: ?$")
+
+
+def _glued_header(line: Line) -> Line:
+    """A traceback header glued to the end of another rank's unterminated output line.
+
+    Ranks share one stream; ``print(..., end="")`` or a partial write by one rank leaves the next rank's
+    "[rank2]: Traceback (most recent call last):" at the end of a line ("...sum=4[rank2]: Traceback ...").
+    The traceback starts at the header; a "[rankN]: " just before it says whose it is.
+    """
+    i = line.text.index(_TB_HEADER)
+    m = _GLUED_RANK.search(line.text, 0, i)
+    rank = int(m.group(1)) if m else line.rank
+    return Line(line.path, line.lineno, line.text[i:], line.raw, rank, line.local_rank, line.time, line.truncated)
+
 
 def _tb_parse(text: str, start: str) -> tuple[str, dict] | None:
     return _lark_parse(_lark_tb(), text, start)
