@@ -100,7 +100,7 @@ def _write_parallel(sources, fmt: str, out: IO[str], kinds: tuple[str, ...], kee
     counts: Counter = Counter()
     parallel._warm_parsers()
     ctx = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=parallel.worker_init) as pool:
         jobs = ((u, first, fmt, kinds, keep_text) for u, first in zip(units, firsts))
         for text, c in pool.map(_export_unit, jobs, chunksize=1):
             out.write(text)
