@@ -100,12 +100,23 @@ def analyze_cmd(inputs: tuple[str, ...], fmt: str, output: str | None, html_path
         rules_dirs = _rules_dirs(rules)
         if (verify_fix or dry_run) and not reproduce:
             raise AnalyzerError("--verify-fix and --dry-run go with --reproduce")
-        if "-" in inputs:
+        piping = "-" in inputs
+        if piping and not quiet and fmt != "text" and not output:
+            # stdout carries the job's output; a JSON/Markdown/HTML document mixed into it is useless.
+            raise AnalyzerError(f"--format {fmt} with standard input: stdout carries the pass-through; "
+                                "add -o FILE, or --quiet to get the report on stdout")
+        if piping:
             from . import live
 
-            diagnosis = live.run_pipe(inputs, rules_dirs=rules_dirs, stdin_name=stdin_name, quiet=quiet,
-                                      stdout=sys.stdout.buffer, stderr=sys.stderr,
-                                      color=_color_enabled(sys.stderr))
+            try:
+                diagnosis = live.run_pipe(inputs, rules_dirs=rules_dirs, stdin_name=stdin_name, quiet=quiet,
+                                          stdout=sys.stdout.buffer, stderr=sys.stderr,
+                                          color=_color_enabled(sys.stderr), verbose=verbose)
+            except live.Interrupted as exc:
+                # run_pipe printed the verdict of what was seen on stderr; still write -o / --html.
+                _emit(exc.diagnosis, fmt=fmt, output=output, html_path=html_path, redact=redact,
+                      verbose=verbose, to_stdout=quiet)
+                sys.exit(exc.exit_code)
         else:
             from .analysis import analyze
 
@@ -118,7 +129,10 @@ def analyze_cmd(inputs: tuple[str, ...], fmt: str, output: str | None, html_path
         if reproduce:
             diagnosis = _reproduce(diagnosis, verify_fix=verify_fix, dry_run=dry_run, timeout=repro_timeout,
                                    quiet=quiet, rules_dirs=rules_dirs)
-        _emit(diagnosis, fmt=fmt, output=output, html_path=html_path, redact=redact, verbose=verbose)
+        # In pipe mode stdout is the pass-through: the text verdict went to stderr (run_pipe), so only
+        # -o / --html are written, unless --quiet freed stdout for the report.
+        _emit(diagnosis, fmt=fmt, output=output, html_path=html_path, redact=redact, verbose=verbose,
+              to_stdout=not piping or quiet)
     except AnalyzerError as exc:
         _fail(exc, show_traceback)
     except KeyboardInterrupt:
@@ -145,7 +159,8 @@ def _reproduce(diagnosis, *, verify_fix: bool, dry_run: bool, timeout: float, qu
                      progress=None if quiet or not sys.stderr.isatty() else sys.stderr)
 
 
-def _emit(diagnosis, *, fmt: str, output: str | None, html_path: str | None, redact: bool, verbose: bool) -> None:
+def _emit(diagnosis, *, fmt: str, output: str | None, html_path: str | None, redact: bool, verbose: bool,
+          to_stdout: bool = True) -> None:
     from . import render
 
     if redact:
@@ -158,7 +173,7 @@ def _emit(diagnosis, *, fmt: str, output: str | None, html_path: str | None, red
         Path(html_path).write_text(render.render(diagnosis, "html"), encoding="utf-8")
     if output:
         Path(output).write_text(text, encoding="utf-8")
-    else:
+    elif to_stdout:
         sys.stdout.write(text)
         sys.stdout.flush()
 

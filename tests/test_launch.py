@@ -1,0 +1,260 @@
+"""`nccl-analyze launch -- CMD`: tee byte-identical, job.log, reports, exit status, signals, no orphans."""
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from jobs.jobkit import (EXIT, ROOT, SCENARIOS, SLOW_WRITER, analyzer, env, final_verdict, held_port, needs_torch,
+                         torchrun)
+
+PORT_LOG = ROOT / "fixtures" / "h200-nccl-2.28.9" / "03_port_in_use" / "log.txt"
+
+
+def launch(tmp_path: Path, *cmd: str, opts: tuple[str, ...] = (), timeout: float = 90, **extra: str):
+    return subprocess.run(analyzer("launch", "--log-dir", str(tmp_path / "logs"), *opts, "--", *cmd),
+                          capture_output=True, env=env(**extra), timeout=timeout, cwd=tmp_path)
+
+
+def py(code: str) -> list[str]:
+    return [sys.executable, "-c", textwrap.dedent(code)]
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def wait_for(path: Path, needle: bytes, timeout: float = 20) -> bytes:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        data = path.read_bytes() if path.exists() else b""
+        if needle in data:
+            return data
+        time.sleep(0.05)
+    raise AssertionError(f"{needle!r} not in {path} after {timeout} s: {data[-2000:]!r}")
+
+
+_OURS = re.compile(rb"^nccl-analyze: [^\n]*\n|\nnccl-analyze \xe2\x94\x80\xe2\x94\x80 root cause so far.*?"
+                   rb"\n\xe2\x94\x80{72}\n\n|\nnccl-analyze \xe2\x95\x90\xe2\x95\x90 verdict.*", re.S | re.M)
+
+
+def job_stderr(stderr: bytes) -> list[bytes]:
+    """The job's own stderr lines: ours (messages, provisional blocks, the verdict) taken out."""
+    return [x for x in _OURS.sub(b"", stderr).splitlines() if x]
+
+
+def _reap(proc: subprocess.Popen) -> None:
+    """A failed test leaves no analyzer (and so no job) running."""
+    if proc.poll() is None:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def is_subsequence(lines: list[bytes], log: list[bytes]) -> bool:
+    it = iter(log)
+    return all(any(line == x for x in it) for line in lines)
+
+
+# -- without torch -------------------------------------------------------------------------------------
+
+def test_launch_command_not_found(tmp_path):
+    res = launch(tmp_path, "no-such-command-nccl-xyz", "--flag")
+    assert res.returncode == 2
+    err = res.stderr.decode().strip()
+    assert len(err.splitlines()) == 1 and "no-such-command-nccl-xyz" in err and "command not found" in err, err
+    assert res.stdout == b"" and not (tmp_path / "logs").exists()
+
+
+def test_launch_tees_both_streams_byte_identical(tmp_path):
+    out = b"out 1\n\xff\xfe not utf-8\r\nprogress 10%\rprogress 100%\n" + b"y" * 70000 + b"\nlast, no newline"
+    err = b"err 1\nTraceback (most recent call last):\n  File \"x.py\", line 1\nValueError: boom\n"
+    code = f"""
+        import os, sys, time
+        for i, (fd, data) in enumerate([(1, {out!r}), (2, {err!r})] * 2):
+            os.write(fd, data[:len(data) // 2]); time.sleep(0.01); os.write(fd, data[len(data) // 2:])
+        sys.exit(3)
+    """
+    res = launch(tmp_path, *py(code))
+    assert res.returncode == 3
+    assert res.stdout == out * 2, "the job's stdout is ours, byte for byte"
+    assert err * 2 in res.stderr, "the job's stderr is in ours, byte for byte"
+    assert b"nccl-analyze: launching" in res.stderr.split(err)[0], "the start message comes first"
+    log = (tmp_path / "logs" / "job.log").read_bytes()
+    assert log.count(b"y" * 70000) == 2 and log.count(b"ValueError: boom\n") == 2
+    assert (tmp_path / "logs" / "report.txt").read_text().strip()
+    assert "status 3" in res.stderr.decode()
+
+
+def test_launch_exit_status_of_a_signal_death(tmp_path):
+    res = launch(tmp_path, *py("import os, signal; print('bye', flush=True); os.kill(os.getpid(), signal.SIGKILL)"))
+    assert res.returncode == 128 + 9
+    assert res.stdout == b"bye\n"
+    assert "(SIGKILL)" in res.stderr.decode()
+
+
+def test_launch_debug_env_added_kept_or_left_out(tmp_path):
+    show = py("import os; print(' '.join(f'{k}={os.environ.get(k)}' for k in ['NCCL_DEBUG', 'PYTHONUNBUFFERED', "
+              "'TORCH_NCCL_DUMP_ON_TIMEOUT', 'TORCH_FR_DUMP_TEMP_FILE']))")
+    e = env()
+    for k in ("NCCL_DEBUG", "PYTHONUNBUFFERED", "TORCH_NCCL_DUMP_ON_TIMEOUT", "TORCH_FR_DUMP_TEMP_FILE",
+              "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"):
+        e.pop(k, None)
+    res = subprocess.run(analyzer("launch", "--log-dir", "L", "--", *show), capture_output=True, env=e, cwd=tmp_path)
+    logs = (tmp_path / "L").absolute()
+    assert res.stdout.decode().split() == ["NCCL_DEBUG=INFO", "PYTHONUNBUFFERED=1", "TORCH_NCCL_DUMP_ON_TIMEOUT=1",
+                                           f"TORCH_FR_DUMP_TEMP_FILE={logs}/fr_trace_rank_"]
+    assert "added to its environment: NCCL_DEBUG=INFO" in res.stderr.decode()
+
+    res = subprocess.run(analyzer("launch", "--log-dir", "L", "--", *show), capture_output=True,
+                         env=dict(e, NCCL_DEBUG="WARN"), cwd=tmp_path)
+    assert res.stdout.decode().split()[0] == "NCCL_DEBUG=WARN"
+    assert "kept your NCCL_DEBUG=WARN" in res.stderr.decode()
+
+    res = subprocess.run(analyzer("launch", "--no-debug-env", "--log-dir", "L", "--", *show), capture_output=True,
+                         env=e, cwd=tmp_path)
+    assert res.stdout.decode().split() == ["NCCL_DEBUG=None", "PYTHONUNBUFFERED=None",
+                                           "TORCH_NCCL_DUMP_ON_TIMEOUT=None", "TORCH_FR_DUMP_TEMP_FILE=None"]
+
+
+def test_launch_default_log_dir_in_cwd(tmp_path):
+    res = subprocess.run(analyzer("launch", "--", *py("print('hi')")), capture_output=True, env=env(), cwd=tmp_path)
+    assert res.returncode == 0 and res.stdout == b"hi\n"
+    (d,) = tmp_path.glob("nccl-analyze-*-*")
+    assert (d / "job.log").read_bytes() == b"hi\n" and (d / "report.txt").exists()
+
+
+def test_launch_unbuffered_and_provisional_verdict_while_running(tmp_path):
+    """The job's lines and the provisional verdict show while the job still runs."""
+    code = f"""
+        import sys, time
+        # the traceback is the last thing on stderr: it shows once the output has been quiet for 2 s
+        sys.stderr.buffer.write(open({str(PORT_LOG)!r}, 'rb').read()); sys.stderr.flush()
+        print('still running', flush=True)
+        time.sleep(6)
+        print('finished')
+    """
+    out, err = tmp_path / "out", tmp_path / "err"
+    with open(out, "wb") as fo, open(err, "wb") as fe:
+        proc = subprocess.Popen(analyzer("launch", "--log-dir", str(tmp_path / "logs"), "--", *py(code)),
+                                stdout=fo, stderr=fe, env=env())
+        try:
+            t0 = time.monotonic()
+            wait_for(out, b"still running\n", timeout=5)
+            wait_for(err, b"root cause so far: port_conflict", timeout=5)
+            assert time.monotonic() - t0 < 5 and proc.poll() is None
+            rc = proc.wait(timeout=30)
+        finally:
+            _reap(proc)
+    assert rc == 0
+    assert out.read_bytes() == b"still running\nfinished\n"
+    assert "error[port_conflict]" in final_verdict(err.read_text())
+
+
+def test_launch_sigint_forwarded_and_no_orphans(tmp_path):
+    code = """
+        import os, signal, subprocess, sys, time
+        # a grandchild that ignores SIGINT and keeps our stdout open: a leftover once we exit
+        g = subprocess.Popen([sys.executable, '-c', 'import signal, time; '
+                              'signal.signal(signal.SIGINT, signal.SIG_IGN); '
+                              'print("grandchild ready", flush=True); time.sleep(60)'])
+        def stop(signum, frame):
+            print('job got', signal.Signals(signum).name, flush=True)
+            sys.exit(7)
+        signal.signal(signal.SIGINT, stop)
+        print('ready', g.pid, flush=True)
+        time.sleep(60)
+    """
+    out, err = tmp_path / "out", tmp_path / "err"
+    with open(out, "wb") as fo, open(err, "wb") as fe:
+        proc = subprocess.Popen(analyzer("launch", "--log-dir", str(tmp_path / "logs"), "--", *py(code)),
+                                stdout=fo, stderr=fe, env=env())
+        try:
+            grandchild = int(wait_for(out, b"ready ").split(b"ready ")[1].split()[0])
+            wait_for(out, b"grandchild ready")
+            t0 = time.monotonic()
+            proc.send_signal(signal.SIGINT)
+            rc = proc.wait(timeout=30)
+        finally:
+            _reap(proc)
+    text = err.read_text()
+    assert rc == 7, text
+    assert b"job got SIGINT" in out.read_bytes()
+    assert "passed SIGINT on to the job" in text and "Traceback" not in text
+    assert not alive(grandchild), "the leftover grandchild was stopped"
+    assert time.monotonic() - t0 < 10
+
+
+def test_launch_sigterm_kills_job_status_143(tmp_path):
+    code = "import time; print('ready', flush=True); time.sleep(60)"
+    out = tmp_path / "out"
+    with open(out, "wb") as fo:
+        proc = subprocess.Popen(analyzer("launch", "--log-dir", str(tmp_path / "logs"), "--", *py(code)),
+                                stdout=fo, stderr=subprocess.DEVNULL, env=env())
+        try:
+            wait_for(out, b"ready")
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == 143
+        finally:
+            _reap(proc)
+
+
+def test_launch_background_leftover_is_stopped(tmp_path):
+    code = """
+        import subprocess, sys
+        g = subprocess.Popen(['sleep', '60'], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        print(g.pid, flush=True)
+    """
+    res = launch(tmp_path, *py(code))
+    assert res.returncode == 0
+    assert not alive(int(res.stdout.split()[0]))
+    assert "outlived it" in res.stderr.decode()
+
+
+def test_launch_slow_writer_unbuffered(tmp_path):
+    out = tmp_path / "out"
+    with open(out, "wb") as fo:
+        proc = subprocess.Popen(analyzer("launch", "--log-dir", str(tmp_path / "logs"), "--", sys.executable,
+                                         str(SLOW_WRITER), "4"), stdout=fo, stderr=subprocess.DEVNULL, env=env())
+        try:
+            t0 = time.monotonic()
+            wait_for(out, b"first line from the job\n", timeout=3.5)
+            assert proc.poll() is None and time.monotonic() - t0 < 3.5
+            assert proc.wait(timeout=30) == 0
+        finally:
+            _reap(proc)
+    assert out.read_bytes() == b"first line from the job\nsecond line from the job\n"
+
+
+# -- real torchrun jobs (gloo on CPU) -------------------------------------------------------------------
+
+@pytest.mark.slow
+@needs_torch
+@pytest.mark.parametrize("rid", list(SCENARIOS))
+def test_launch_torchrun(tmp_path, rid):
+    mode, nproc, extra, hold = SCENARIOS[rid]
+    with held_port(hold) as port:
+        res = launch(tmp_path, *torchrun(mode, nproc, port), opts=("--format", "json", "--html", "r.html"),
+                     timeout=120, **extra)
+    err = res.stderr.decode()
+    assert res.returncode == EXIT[rid], err[-3000:]
+    assert f"error[{rid}]" in final_verdict(err), err[-3000:]
+    assert "added to its environment: NCCL_DEBUG=INFO" in err
+    logs = tmp_path / "logs"
+    report = json.loads((logs / "report.json").read_text())
+    assert report["root_cause"]["id"] == rid
+    assert f"[{rid}]" in (logs / "report.txt").read_text()
+    assert (tmp_path / "r.html").read_text().lstrip().lower().startswith("<!doctype html")
+    log = (logs / "job.log").read_bytes().splitlines()
+    assert is_subsequence(res.stdout.splitlines(), log), "every stdout line, in order, is in job.log"
+    assert is_subsequence(job_stderr(res.stderr), log), "every stderr line, in order, is in job.log"
