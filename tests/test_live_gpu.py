@@ -65,7 +65,8 @@ def test_pipe_nccl_job(cause, tmp_path):
     assert proc.stdout == raw.read_bytes(), "the pass-through is byte-identical"
     verdict = final_verdict(proc.stderr.decode())
     assert f"error[{cause}]" in verdict, proc.stderr.decode()[-3000:]
-    assert b"NCCL INFO" in proc.stdout
+    if not hold:  # with the port taken, torchrun fails in the rendezvous: no rank ever starts NCCL
+        assert b"NCCL INFO" in proc.stdout
 
 
 @pytest.mark.parametrize("cause", ["app_exception", "cuda_oom"])
