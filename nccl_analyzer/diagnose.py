@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .engine.run import EVIDENCE_CAP, Hit, make_fix, render_template
+from .engine.run import EVIDENCE_CAP, Hit, make_fix, render_template, render_title
 from .model import Evidence, Finding, RootCause
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -56,6 +56,16 @@ def _lagging(builder: "JobBuilder") -> set[int]:
         lo = min(pos.values())
         out |= {r for r, v in pos.items() if v == lo}
     return out
+
+
+def _first_failed(builder: "JobBuilder") -> set[int]:
+    """The rank torchrun saw fail first, when it failed by itself (an exit status, not a signal): the best
+    attribution for a root cause whose lines carry no rank (a traceback printed before the rank prefix)."""
+    for r, e in builder.exits.items():
+        code = e.get("exitcode")
+        if e.get("first_observed") and code is not None and int(code) > 0:
+            return {r}
+    return set()
 
 
 def pick_root(hits: list[Hit], builder: "JobBuilder") -> tuple[Hit | None, list[Hit]]:
@@ -127,6 +137,8 @@ def diagnose(hits: list[Hit], builder: "JobBuilder") -> Verdict:
             ranks |= set(h.ranks)
     if not ranks and len(job.ranks) == 1:
         ranks = set(job.ranks)
+    if not ranks:
+        ranks = _first_failed(builder)
     conf = best.rule.confidence
     corroborating = {h.rule.id for h in same_tax if h.rule.id != best.rule.id}
     conf += min(0.1, 0.05 * len(corroborating))
@@ -155,7 +167,7 @@ def diagnose(hits: list[Hit], builder: "JobBuilder") -> Verdict:
                         + (f" (busId {info.bus_id})" if info.bus_id else ""))
     explanation = render_template(best.rule.description, bound) or best.rule.description
     explanation += _story(best, ranks, explained, builder)
-    title = render_template(best.rule.title, bound) or best.rule.title
+    title = render_title(best.rule.title, bound)
     root = RootCause(id=best.rule.taxonomy, title=title, confidence=conf, ranks=tuple(sorted(ranks)),
                      hosts=tuple(sorted(hosts)), evidence=_merge_evidence(best.evidence, same_tax),
                      explanation=explanation, fix=make_fix(best.rule, bound), rule=best.rule.id, gpus=tuple(gpus))
@@ -225,6 +237,8 @@ def _findings(hits: list[Hit], best: Hit | None, builder: "JobBuilder",
     out = []
     for (rid, role), slot in merged.items():
         h = slot["hit"]
+        if role == "cascade" and root_ranks and slot["ranks"] - root_ranks:
+            slot["ranks"] -= root_ranks  # a culprit is not its own victim (e.g. one torchrun summary for all)
         f = h.finding(role=role)
         out.append(Finding(rule=f.rule, id=f.id, role=role, title=f.title, severity=f.severity,
                            confidence=f.confidence, ranks=tuple(sorted(slot["ranks"])),

@@ -26,8 +26,12 @@ _CTRL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 #   [default3]:                       torchrun --tee / --redirects (role + local rank, no space)
 #   [rank3]:                          torch >= 2.3 excepthook / c10 logger once a default PG exists
 #   "  3: "                           srun --label (rank, right-aligned)
+#   [trainer0|0]:                     launchers that add a replica index to the role tag (nccl#1837)
+#   [155] / [80746]                   a bare number: mpirun/launcher process tags, log viewers' line numbers
+#                                     (nccl#302, LlamaFactory#7396); dropped, never read as a rank
 _CONTAINER_TS = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)) ")
-_ROLE = re.compile(r"\[([A-Za-z_][\w-]*?)(\d+)\]:")
+_ROLE = re.compile(r"\[([A-Za-z_][\w-]*?)(\d+)(?:\|\d+)?\]:")
+_TAG = re.compile(r"\[\d{1,7}\] ")
 _RANK = re.compile(r"\[rank(\d+)\]:")
 _SRUN = re.compile(r" {0,4}(\d{1,5}): ")
 _PREFIX_START = frozenset("0123456789[ ")
@@ -233,6 +237,10 @@ def clean_text(s: str, src: Source, lineno: int, truncated: bool = False) -> Lin
             m = _CONTAINER_TS.match(s)
             if m:
                 time = m.group(1)
+                s = s[m.end():]
+        if s.startswith("[") and s[1:2].isdigit():
+            m = _TAG.match(s)
+            if m and _looks_like_srun_payload(s, m.end()):
                 s = s[m.end():]
         if s.startswith("[") and not s.startswith("[rank"):
             m = _ROLE.match(s)

@@ -329,3 +329,36 @@ def test_body_cache_is_bounded_and_shared():
     _one("vm:2:2 [0] NCCL INFO Using network Socket")
     info = parse_body.cache_info()
     assert info.maxsize == 65536 and info.hits >= 1
+
+
+def test_cut_prefix_warn_with_known_body_is_typed():
+    # nccl#525: the reporter pasted "[3] include/shm.h:28 NCCL WARN ..." without host:pid:tid.
+    ev = _one("[3] include/shm.h:28 NCCL WARN Call to posix_fallocate failed : No space left on device")
+    assert ev.kind == "nccl.warn.system" and ev.fields["prefix"] == "partial"
+    assert ev.cuda_dev == 3 and ev.fields["file"] == "include/shm.h" and ev.fields["src_line"] == 28
+
+
+def test_shm_segment_named_recv_is_shm_not_socket():
+    ev = _one("[3] include/shm.h:48 NCCL WARN Error while creating shared memory segment nccl-shm-recv-1462-1-2-3 (size 9637888)")
+    assert ev.kind == "nccl.warn.shm"
+
+
+@pytest.mark.parametrize("text,kind,host", [
+    ("gpu-1:18553:18611 [0] include/socket.h:360 WARN Call to connect failed : Connection timed out",
+     "nccl.warn.socket", "gpu-1"),  # NCCL 2.2 (nccl-tests#15)
+    ("gpu-1:18553:18553 [0] INFO NET/Socket : 1 interfaces found", "nccl.info", "gpu-1"),
+    ("include/socket.h:344 WARN Socket creation failed : Address family not supported by protocol",
+     "nccl.warn.socket", None),  # pasted without prefix (nccl#210)
+])
+def test_legacy_and_prefixless_lines(text, kind, host):
+    ev = _one(text)
+    assert ev.kind == kind and ev.host == host and ev.fields["prefix"] in ("legacy", "none")
+
+
+@pytest.mark.parametrize("text", [
+    "2024-01-01 WARN disk almost full",
+    "app.py:12 INFO starting",
+    "WARN something",
+])
+def test_plain_warn_words_are_not_nccl_lines(text):
+    assert NcclParser().feed(Line(path="t", lineno=1, text=text, raw=text)) is None

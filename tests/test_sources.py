@@ -139,3 +139,19 @@ def test_real_fixture_reads_every_line():
     ranked = [ln for ln in lines if ln.rank is not None]
     assert {ln.rank for ln in ranked} == {0, 1}
     assert ranked[0].text == "Traceback (most recent call last):"
+
+
+@pytest.mark.parametrize("raw,text,rank,local_rank", [
+    # a log viewer's line number in front of torch's [rankN]: prefix (LlamaFactory#7396)
+    (b"[80746] [rank0]:[E321 02:07:08.408271257 ProcessGroupNCCL.cpp:607] x", "[E321 02:07:08.408271257 ProcessGroupNCCL.cpp:607] x", 0, None),
+    # mpirun-style process tag before an NCCL line (nccl#302): dropped, not taken as a rank
+    (b"[155] crow-19:5330:7970 [3] NCCL INFO Ring 00 : 5[3d000] -> 6[b2000] via P2P/IPC", "crow-19:5330:7970 [3] NCCL INFO Ring 00 : 5[3d000] -> 6[b2000] via P2P/IPC", None, None),
+    # role tag with a replica index (nccl#1837)
+    (b"[trainer0|0]:Last error:", "Last error:", None, 0),
+    # a bare [N] in front of ordinary text stays
+    (b"[3] include/shm.h:28 NCCL WARN x", "[3] include/shm.h:28 NCCL WARN x", None, None),
+    (b"[155]", "[155]", None, None),
+])
+def test_numeric_tags_and_role_replicas(raw, text, rank, local_rank):
+    line = _clean(raw)
+    assert (line.text, line.rank, line.local_rank) == (text, rank, local_rank)

@@ -329,6 +329,11 @@ def lowest_seqnum_rank(ctx: PredContext) -> PredResult | None:
     if missing:
         bound["lagging"] = ", ".join(map(str, missing))
         return PredResult(bound=bound, ranks=missing)
+    if b.job.world_size == 1 and len(pos) == 1:
+        # A world of one rank waits for no peer: its own GPU stream (a long or hung kernel queued before the
+        # collective) kept the collective from finishing.
+        bound["lagging"] = f"{behind[0]} (the only rank: its own GPU work before the collective did not finish)"
+        return PredResult(bound=bound, ranks=behind)
     bound["lagging"] = "unknown"
     return PredResult(bound=bound, ranks=())
 
@@ -402,8 +407,11 @@ def socket_interfaces(ctx: PredContext, **args: Any) -> PredResult | None:
 
 @predicate
 def env_setting(ctx: PredContext, **args: Any) -> PredResult | None:
-    """The job's NCCL environment (as NCCL logged it) sets ``name`` (optionally to a value matching ``value``)."""
-    name = str(args.get("name", ""))
+    """The job's NCCL environment (as NCCL logged it) sets ``var`` (optionally to a value matching ``value``).
+
+    In a rule: ``predicates = [{ name = "env_setting", var = "NCCL_COMM_ID" }]`` (``name`` names the predicate).
+    """
+    name = str(args.get("var", args.get("name", "")))
     b = ctx.builder
     if name not in b.env:
         return None

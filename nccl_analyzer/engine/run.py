@@ -59,13 +59,25 @@ class Hit:
     def finding(self, role: str | None = None, confidence: float | None = None) -> Finding:
         """This hit as a model ``Finding``."""
         return Finding(rule=self.rule.id, id=self.rule.taxonomy, role=role or self.rule.role,
-                       title=render_template(self.rule.title, self.bound) or self.rule.title,
+                       title=render_title(self.rule.title, self.bound),
                        severity=self.rule.severity,
                        confidence=self.rule.confidence if confidence is None else confidence,
                        ranks=self.ranks, hosts=self.hosts, evidence=self.evidence,
                        explanation=render_template(self.rule.description, self.bound) or self.rule.description,
                        fix=make_fix(self.rule, self.bound), time=self.key.time if self.key else None,
                        bound={k: v for k, v in self.bound.items() if not k.startswith("_")})
+
+
+def render_title(s: str, bound: dict[str, Any]) -> str:
+    """A title with its placeholders filled; a parenthesised part whose placeholder the log did not bind is
+    dropped (``"... in use (port {port})"`` -> ``"... in use"``), any other unbound one reads ``?``."""
+    out = render_template(s, bound)
+    if out:
+        return out
+    def unbound(m: re.Match) -> bool:
+        return any(bound.get(n) in (None, "") for n in placeholders(m.group(0)))
+    s = re.sub(r"\s*\([^()]*\{\w+\}[^()]*\)", lambda m: "" if unbound(m) else m.group(0), s)
+    return re.sub(r"\{(\w+)\}", lambda m: str(bound[m.group(1)]) if bound.get(m.group(1)) not in (None, "") else "?", s)
 
 
 def render_template(s: str, bound: dict[str, Any]) -> str:
@@ -266,6 +278,12 @@ class Matcher:
         event_ranks = tuple(sorted(ranks))
         if pred_ranks is not None:
             ranks = set(pred_ranks)
+        if not ranks:
+            # Capture groups named rank_<x> are ranks the message itself names (``rank 1 and rank 0``): they
+            # blame those ranks when the matched lines carry no rank prefix of their own.
+            for k, v in bound.items():
+                if k.startswith("rank_") and str(v).isdigit():
+                    ranks.add(int(v))
         key_item = min(chosen, key=order) if chosen else None
         key_ev = key_item[1] if key_item else (pred_ev[0] if pred_ev else None)
         ordered_events: list[Event] = []
@@ -304,6 +322,7 @@ class Matcher:
                    event_ranks=event_ranks)
 
 
+_LABEL_LINE = re.compile(r"^(?:\[\w+\d*\]:\s?)?[A-Za-z][\w ]{0,30}:\s*$")
 _EXC_LINE = re.compile(r"^(?:\[\w+\d*\]:\s?)?(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Interrupt|Exit)\b\w*:")
 
 
@@ -315,7 +334,11 @@ def key_line(ev: Event, bound: dict[str, Any] | None = None) -> Evidence:
         target = (bound or {}).get("_match_text")
         idx = None
         if target:
-            first = str(target).split("\n")[0]
+            tl = [t for t in str(target).split("\n") if t.strip()]
+            # A label line ("Last error:") is not the telling line: the one after it is.
+            if len(tl) > 1 and _LABEL_LINE.match(tl[0]):
+                tl = tl[1:]
+            first = tl[0] if tl else ""
             for i, line in enumerate(lines):
                 if first and first in line:
                     idx = i

@@ -39,6 +39,16 @@ _LEVELS = frozenset({"INFO", "WARN", "TRACE", "CALL", "ABORT"})
 _BANNER_RE = re.compile(r"(?P<ts>\[[^\]]*\] ?|\d[\d:./T, -]*\d ?)?(?P<body>NCCL (?:git )?version \S.*)$")
 # An NCCL level marker whose prefix did not parse -> nccl.unparsed.
 _LOOSE_RE = re.compile(r"\bNCCL (INFO|WARN|TRACE|CALL|ABORT)\b")
+# What may be left of a cut prefix in front of the marker: "[3] include/shm.h:28" (nccl#525: the user pasted
+# the lines without their host:pid:tid).
+_CUT_HEAD_RE = re.compile(r"(?:.*?\[(?P<dev>\d+)\] ?)?(?:(?P<file>[^\s:()\[\]]+):(?P<line>\d+)(?: \((?P<func>[^()\s]*)\))?)? ?$")
+# NCCL <= 2.2 printed the level without "NCCL" ("host:pid:tid [0] include/socket.h:360 WARN Call to connect
+# failed", nccl-tests#15), and users often paste a WARN without its prefix ("include/socket.h:344 WARN Socket
+# creation failed ...", nccl#210). Both need a source file with a C/C++/CUDA extension (or the full
+# host:pid:tid [dev] head) so that ordinary "WARN" words in other logs are not taken.
+_LEGACY_RE = re.compile(
+    r"(?:(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] )?"
+    r"(?:(?P<file>[\w./-]+\.(?:cc|cu|h|hpp|cpp|c)):(?P<line>\d+) )?(?P<level>INFO|WARN) (?P<body>.*)$")
 # "file:line [(function)] rest" at the start of an INFO body: "%s:%d ..." fmts and the 2.30.7 *_LOC macros.
 _LOC_RE = re.compile(r"(?P<file>[^\s:()]+):(?P<line>\d+)(?: \((?P<func>[^()\s]*)\))? (?P<rest>.*)$")
 _ENVNAME_RE = re.compile(r"[A-Z][A-Z0-9_]*_[A-Z0-9_]+$")
@@ -552,9 +562,10 @@ _WARN_FAMILIES = tuple((family, re.compile(rx)) for family, rx in (
     ("cuda", r"Cuda failure|CUDA|[Cc]uda[A-Z]\w*|\bcu[A-Z][a-z]\w*|device-side|cudart"),
     ("ib", r"NET/IB|\bibv_|\bIB\b|mlx5|RoCE|\bGID\b|\bQP\b|\bHCA\b|\b[Vv]erbs\b|GDAKI|gdaki|\bDOCA\b|ibv"),
     ("bootstrap", r"[Bb]ootstrap|NCCL_COMM_ID|[Uu]nique ?[Ii]d"),
+    # before socket: segment names contain 'recv'/'send' ("nccl-shm-recv-...", nccl#525)
+    ("shm", r"\bSHM\b|[Ss]hared memory|\bshm|/dev/shm"),
     ("socket", r"[Ss]ocket|Connect(ion)? |[Cc]onnect\b|Net : |NET/Socket|\bpoll\b|\brecv\b|\bsend\b|"
                r"[Ll]isten|\bbind\b|\baccept|getaddrinfo|[Aa]ddress|[Ii]nterface|\bIPv[46]\b|ECONN|EADDR"),
-    ("shm", r"\bSHM\b|[Ss]hared memory|\bshm|/dev/shm"),
     ("p2p", r"\bP2P\b|\bIPC\b|[Ii]pc[A-Z]|\bipc|[Pp]eer access|PeerAccess|\bp2p"),
     ("proxy", r"[Pp]roxy|Service thread"),
     ("net", r"NET plugin|NET/|[Nn]et plugin|CollNet|[Cc]ollnet|\bnet\b|[Nn]etwork|\bGIN\b|\bRMA\b"),
@@ -936,6 +947,9 @@ class NcclParser:
             out.append(self._close())
         if split is None:
             if "NCCL" not in text:
+                legacy = self._legacy(line) if (" WARN " in text or " INFO " in text) else None
+                if legacy is not None:
+                    out.append(legacy)
                 return out or None
             event = self._bare(line)
             if event is not None:
@@ -1007,8 +1021,45 @@ class NcclParser:
         lm = _LOOSE_RE.search(line.text)
         if lm is None:
             return None
+        msg = line.text[lm.end():].strip()
+        if lm[1] == "WARN":
+            # The prefix was cut but the WARN text is one NCCL prints: type it (prefix: "partial"), so that the
+            # rules see it; a body that is not a known WARN shape stays nccl.unparsed.
+            kind, rank, cached = parse_body("WARN", msg)
+            if kind != "nccl.warn.other":
+                fields = dict(cached)
+                dev = None
+                hm = _CUT_HEAD_RE.match(line.text[:lm.start()])
+                if hm:
+                    dev = int(hm["dev"]) if hm["dev"] else None
+                    if hm["file"]:
+                        fields["file"], fields["src_line"], fields["function"] = hm["file"], int(hm["line"]), hm["func"]
+                fields["prefix"] = "partial"
+                return Event(kind=kind, path=line.path, line=line.lineno, text=line.raw,
+                             rank=line.rank if rank is None else rank, cuda_dev=dev, time=line.time, fields=fields)
         return Event(kind="nccl.unparsed", path=line.path, line=line.lineno, text=line.raw, rank=line.rank,
-                     time=line.time, fields={"level": lm[1], "msg": line.text[lm.end():].strip()})
+                     time=line.time, fields={"level": lm[1], "msg": msg})
+
+    def _legacy(self, line: Line) -> Event | None:
+        """An NCCL <= 2.2 line (level without "NCCL") or a pasted WARN without prefix; None if neither."""
+        m = _LEGACY_RE.match(line.text)
+        if m is None or (m["host"] is None and m["file"] is None):
+            return None
+        if m["host"] is None and m["level"] != "WARN":
+            return None
+        kind, rank, cached = parse_body(m["level"], m["body"])
+        fields = dict(cached)
+        if m["file"]:
+            fields["file"], fields["src_line"], fields["function"] = m["file"], int(m["line"]), None
+            if kind == "nccl.warn.other":
+                family = _file_family(m["file"])
+                if family:
+                    kind = "nccl.warn." + family
+        fields["prefix"] = "legacy" if m["host"] else "none"
+        return Event(kind=kind, path=line.path, line=line.lineno, text=line.raw, host=m["host"],
+                     pid=int(m["pid"]) if m["pid"] else None, tid=int(m["tid"]) if m["tid"] else None,
+                     rank=line.rank if rank is None else rank, cuda_dev=int(m["dev"]) if m["dev"] else None,
+                     time=line.time, fields=fields)
 
     def _continue(self, line: Line) -> list[Event]:
         pending = self._pending
