@@ -28,9 +28,10 @@ CHUNK_BYTES = 48 << 20
 MIN_CHUNK_BYTES = 4 << 20
 #: How far past a nominal cut we look for a safe line to start a range on.
 _SEARCH = 4 << 20
-#: A range may start only on an NCCL-prefixed line with no Python traceback in the bytes just before it,
-#: so no multi-line event (traceback, WARN continuation) is cut in two.
-_SAFE_START = re.compile(rb"\n(?=[^\n\[]{0,40}[\w.-]+:\d+:\d+ \[\d+\] NCCL INFO )")
+#: A range may start on any unindented line with no multi-line construct (Python traceback, torchelastic
+#: failure block, NCCL WARN with continuation lines) in the bytes just before it, so no multi-line event is
+#: cut in two.
+_SAFE_START = re.compile(rb"\n(?=[^\s])")
 _LOOKBACK = 16 << 10
 _TRACEBACK_HINTS = (b"Traceback (most recent call last)", b'  File "', b"Failures:", b"NCCL WARN")
 
@@ -100,11 +101,18 @@ def _safe_cut(f, nominal: int, size: int) -> int | None:
     f.seek(max(0, nominal - _LOOKBACK))
     window = f.read(min(_SEARCH + _LOOKBACK, size - max(0, nominal - _LOOKBACK)))
     base = max(0, nominal - _LOOKBACK)
-    for m in _SAFE_START.finditer(window, nominal - base):
+    pos = nominal - base
+    while True:
+        m = _SAFE_START.search(window, pos)
+        if m is None:
+            return None
         before = window[max(0, m.start() - _LOOKBACK):m.start()]
-        if not any(h in before for h in _TRACEBACK_HINTS):
+        hits = [before.rfind(h) for h in _TRACEBACK_HINTS]
+        last = max(hits)
+        if last < 0:
             return base + m.start() + 1
-    return None
+        # skip past the construct: look again a lookback's length after its last trace
+        pos = max(m.start() + 1, m.start() - len(before) + last + _LOOKBACK)
 
 
 def line_offsets(units: list[Unit]) -> list[int]:

@@ -44,12 +44,15 @@ def test_parallel_equals_serial(big_log, monkeypatch):
     assert lines[ev.line - 1] == ev.text, "evidence line numbers are right after re-basing"
 
 
-def test_cuts_start_on_nccl_lines_outside_tracebacks(big_log):
+def test_cuts_start_on_unindented_lines_outside_tracebacks(big_log):
     units = parallel.plan_units(expand_inputs([str(big_log)]), workers=2, chunk_bytes=128 << 10)
     data = big_log.read_bytes()
     for u in units[1:]:
         assert data[u.start - 1:u.start] == b"\n"
-        assert b" NCCL INFO " in data[u.start:data.index(b"\n", u.start)]
+        assert data[u.start:u.start + 1].strip(), "a range starts on an unindented line"
+    tb = data.index(b"[rank0]: Traceback (most recent call last):")
+    end = data.index(b"[rank0]: torch.OutOfMemoryError", tb)
+    assert not [u for u in units if tb < u.start <= end], "no range starts inside the traceback"
 
 
 def test_parallel_events_export_is_byte_identical(big_log, monkeypatch, tmp_path):
