@@ -94,3 +94,14 @@ def test_core_imports_neither_torch_nor_pandas_and_help_is_light():
             "print(','.join(m for m in ('lark', 'pandas', 'jinja2', 'torch') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_events_strict_fails_on_unrecognized_nccl_lines(tmp_path):
+    good = tmp_path / "ok.log"
+    good.write_bytes((FIX / "02_bad_ifname" / "log.txt").read_bytes())
+    assert run("events", str(good), "--strict", "--no-text").exit_code == 0
+    bad = tmp_path / "odd.log"
+    bad.write_text("garbled NCCL INFO Channel 00 : 0 1\n")
+    res = run("events", str(bad), "--strict")
+    assert res.exit_code == 2 and "not recognized" in res.stderr
+    assert json.loads(res.stdout.splitlines()[0])["kind"] == "nccl.unparsed"
