@@ -81,6 +81,7 @@ class JobBuilder:
         self.job = JobModel()
         self.events = 0
         self._transport_seen: set[int] = set()
+        self._pid_host: dict[int, str] = {}  # pid -> hostname from NCCL's line prefix
         self.kinds: dict[str, int] = {}
         self._pid_rank: dict[tuple[str | None, int], tuple[int, int]] = {}  # (host,pid) -> (rank, nranks)
         self._pid_info: dict[tuple[str | None, int], dict[str, Any]] = {}
@@ -132,6 +133,8 @@ class JobBuilder:
         if ev.host:
             if len(self.hosts) < _PID_CAP:
                 self.hosts.add(ev.host)
+            if ev.pid is not None and k.startswith("nccl.") and len(self._pid_host) < _PID_CAP:
+                self._pid_host[ev.pid] = ev.host
         handler = _HANDLERS.get(k)
         if handler is None:
             for prefix, h in _PREFIX_HANDLERS:
@@ -416,7 +419,12 @@ class JobBuilder:
         if info.pid is None and entry.get("pid") is not None:
             info.pid = int(entry["pid"])
         if info.host is None and entry.get("host"):
-            info.host = str(entry["host"])
+            host = str(entry["host"])
+            if host in ("localhost", "127.0.0.1") and entry.get("pid") is not None:
+                # torchelastic often reports "localhost"; NCCL's prefix has the real hostname of that pid
+                pid = int(entry["pid"])
+                host = self._pid_host.get(pid, host)
+            info.host = host
         if entry.get("local_rank") is not None and info.local_rank is None:
             info.local_rank = int(entry["local_rank"])
         if entry.get("pid") is not None:
