@@ -54,8 +54,8 @@ class EventStream:
         return self._release()
 
     def _pending(self) -> int | None:
-        a = getattr(self._nccl, "pending_line", None)
-        b = getattr(self._torch, "pending_line", None)
+        a = self._nccl.pending_line
+        b = self._torch.pending_line
         if a is None:
             return b
         if b is None:

@@ -50,9 +50,13 @@ def _export_unit(args: tuple) -> tuple[str, Counter]:
     return buf.getvalue(), counts
 
 
+# One encoder for all events: json.dumps with non-default options builds a new encoder on every call.
+_ENCODE = json.JSONEncoder(ensure_ascii=False, default=str).encode
+
+
 def _write_one(ev: Event, fmt: str, out: IO[str], writer) -> None:
     if fmt == "jsonl":
-        out.write(json.dumps(ev.to_dict(), ensure_ascii=False, default=str))
+        out.write(_ENCODE(ev.to_dict()))
         out.write("\n")
     elif fmt == "csv":
         writer.writerow(_csv_row(ev))

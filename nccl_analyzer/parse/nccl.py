@@ -992,6 +992,11 @@ class NcclParser:
         out.append(event)
         return out
 
+    @property
+    def pending_line(self) -> int | None:
+        """First line of what this parser still holds (a WARN waiting for continuation lines), or None."""
+        return self._pending.line if self._pending is not None else None
+
     def flush(self) -> list[Event]:
         """Close a WARN still waiting for its continuation lines; in compact mode, the last chatter line of
         each process (end of input: "the last thing rank 3 did was connect channel 5 via P2P/IPC")."""

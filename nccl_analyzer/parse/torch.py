@@ -910,6 +910,8 @@ class TorchParser:
     # -------------------------------------------------------------------------------- public API
     @property
     def pending_line(self) -> int | None:
+        if not self._blocks and not self._pending:  # the common case, asked once per event
+            return None
         lines = [b.line.lineno for b in self._blocks] + [e.line for e in self._pending]
         return min(lines) if lines else None
 
