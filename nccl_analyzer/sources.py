@@ -33,7 +33,15 @@ _CONTAINER_TS = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\
 _ROLE = re.compile(r"\[([A-Za-z_][\w-]*?)(\d+)(?:\|\d+)?\]:")
 _TAG = re.compile(r"\[\d{1,7}\] ")
 _SRUN = re.compile(r" {0,4}(\d{1,5}): ")
-_PREFIX_START = frozenset("0123456789[ ")
+#   (RayWorkerVllm pid=7046) / (WorkerDict pid=123, ip=10.0.0.1) / (pid=909608) / (raylet)
+#                                     Ray's log monitor: which actor/worker printed the line (no rank)
+#   [1,3]<stderr>:                    mpirun --tag-output ([jobid,rank]<stream>:); the rank is kept
+#   ERROR 04-07 00:57:46 ray_utils.py:45]   vLLM's per-line logger head (also "[file.py:45] ", v0.8+)
+_RAY = re.compile(r"\((?:[A-Za-z_][\w.:-]*(?: pid=\d+(?:, ip=[\w.:-]+)?)?|pid=\d+(?:, ip=[\w.:-]+)?)\) ?")
+_MPI_TAG = re.compile(r"\[\d+,(\d+)\]<(?:stdout|stderr|stddiag)>:")
+_VLLM_HEAD = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w.-]+:\d+\] ")
+_VLLM_LEVELS = frozenset(("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"))
+_PREFIX_START = frozenset("0123456789[ (")
 _SRUN_START = frozenset("0123456789 ")
 
 _LOGDIR_RANK = re.compile(r"attempt_\d+/(\d+)/(?:stdout|stderr)\.log$")
@@ -50,6 +58,7 @@ class Source:
     rank: int | None = None
     lines: int = 0
     warnings: list[str] = field(default_factory=list)
+    srun: bool = False  # an srun --label prefix was seen: every later "N: " head is one (continuation lines too)
 
 
 def expand_inputs(specs: list[str] | tuple[str, ...], stdin_name: str = "-") -> list[Source]:
@@ -237,10 +246,34 @@ def clean_text(s: str, src: Source, lineno: int, truncated: bool = False) -> Lin
             if m:
                 time = m.group(1)
                 s = s[m.end():]
-        if s.startswith("[") and s[1:2].isdigit():
-            m = _TAG.match(s)
-            if m and _looks_like_srun_payload(s, m.end()):
+        if rank is None and (s[:1] in _SRUN_START or s[:1] == "[" and s[1:2].isdigit()):
+            # srun --label is outside everything the job itself prints ("3: [default0]:[rank3]: ..."); an inner
+            # [rankN]: below overrides its task id. Only a log viewer's line number ("[80746] ") is further out.
+            if s[:1] == "[":
+                m = _TAG.match(s)
+                if m and _SRUN.match(s, m.end()):
+                    s = s[m.end():]
+            m = _SRUN.match(s)
+            if m and (src.srun or _looks_like_srun_payload(s, m.end()) or _SRUN_ONLY_PAYLOAD.match(s, m.end())):
+                src.srun = True
+                rank = int(m.group(1))
                 s = s[m.end():]
+        if s.startswith("(") and (" pid=" in s[:64] or s.startswith("(pid=") or s.startswith("(raylet)")):
+            m = _RAY.match(s)
+            if m:
+                s = s[m.end():]
+                if s[:1] in _VLLM_START:
+                    s, time = _strip_vllm_head(s, time)
+        if s.startswith("[") and s[1:2].isdigit():
+            if "]<std" in s[:24]:
+                m = _MPI_TAG.match(s)
+                if m:
+                    rank = int(m.group(1))
+                    s = s[m.end():]
+            else:
+                m = _TAG.match(s)
+                if m and (_looks_like_srun_payload(s, m.end()) or _SRUN.match(s, m.end())):
+                    s = s[m.end():]  # (an srun label behind the tag is checked for its own payload below)
         if s.startswith("[") and not s.startswith("[rank"):
             m = _ROLE.match(s)
             if m:
@@ -255,12 +288,23 @@ def clean_text(s: str, src: Source, lineno: int, truncated: bool = False) -> Lin
                 if s.startswith(" "):
                     # torch's excepthook writes "[rank0]: " + line; the c10 logger "[rank0]:[E...".
                     s = s[1:]
-        elif rank is None and s[:1] in _SRUN_START:
-            m = _SRUN.match(s)
-            if m and _looks_like_srun_payload(s, m.end()):
-                rank = int(m.group(1))
-                s = s[m.end():]
+    elif s[:1] in _VLLM_START:
+        s, time = _strip_vllm_head(s, time)
     return Line(src.path, lineno, s, raw, rank, local_rank, time, truncated)
+
+
+_VLLM_START = frozenset("DIWEC")
+
+
+def _strip_vllm_head(s: str, time: str | None) -> tuple[str, str | None]:
+    # String tests first: many hostnames (and so NCCL lines) start with these letters.
+    sp = s.find(" ", 4, 9)
+    if sp < 0 or s[:sp] not in _VLLM_LEVELS or s[sp + 3:sp + 4] != "-":
+        return s, time
+    m = _VLLM_HEAD.match(s)
+    if not m:
+        return s, time
+    return s[m.end():], time  # its "MM-DD hh:mm:ss" has no year: not used as the line's time
 
 
 def _looks_like_srun_payload(s: str, start: int) -> bool:
@@ -271,9 +315,12 @@ def _looks_like_srun_payload(s: str, start: int) -> bool:
 
 
 _SRUN_PAYLOAD = re.compile(
-    r"(?:[\w.-]+:\d+:\d+ |Traceback|  File |\[|[IWEF]\d{4} |NCCL |[A-Z]\w*(?:Error|Exception)\b|"
-    r"torch\.|WARNING:|ERROR:|INFO:|\d{4}-\d\d-\d\d)"
+    r"(?:[\w.-]*:\d+:\d+ |Traceback|  File |\[|[IWEF]\d{4} |NCCL |[A-Z]\w*(?:Error|Exception)\b|"
+    r"torch\.|WARNING:|ERROR:|INFO:|\d{4}-\d\d-\d\d|terminate called |  what\(\): )"
 )
+# Further heads only an srun label may stand before (a "[3] " tag before these is NCCL's cut "[dev]" head): the
+# continuation of an NCCL error message, a bare "file.cc:123" WARN (<= 2.2), Ray's "(Actor pid=N)".
+_SRUN_ONLY_PAYLOAD = re.compile(r"nccl[A-Z]\w*: |Last error:|[\w./-]+\.(?:cc|cpp|cu|h|c|py):\d+|\([\w.]+ pid=\d+")
 
 
 def iter_source(src: Source) -> Iterator[Line]:

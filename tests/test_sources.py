@@ -42,6 +42,25 @@ def test_carriage_return_progress_bar_keeps_last_segment():
          "2026-11-29T13:53:17.123456789Z"),
         (b"2026-11-29T13:53:17.1Z [default1]:[rank1]: RuntimeError: boom", "RuntimeError: boom", 1, 1,
          "2026-11-29T13:53:17.1Z"),
+        # Ray's log monitor (old and new forms) and vLLM's per-line logger head behind it (ray#44533)
+        (b"(pid=909608) " + NCCL_LINE, NCCL_LINE.decode(), None, None, None),
+        (b"(WorkerDict pid=7708, ip=172.16.182.219) " + NCCL_LINE, NCCL_LINE.decode(), None, None, None),
+        (b"(RayWorkerVllm pid=7602) ERROR 04-07 00:57:46 ray_utils.py:45] Last error:", "Last error:", None, None,
+         None),
+        (b"(RayWorkerWrapper pid=335, ip=10.1.0.67) ERROR 01-29 07:44:33 [worker_base.py:467] Traceback (most "
+         b"recent call last):", "Traceback (most recent call last):", None, None, None),
+        (b"(raylet) A worker died or was killed", "A worker died or was killed", None, None, None),
+        (b"INFO 01-29 07:44:27 pynccl.py:69] vLLM is using nccl==2.21.5", "vLLM is using nccl==2.21.5", None, None,
+         None),
+        # mpirun --tag-output: [jobid,rank]<stream>: keeps the rank (horovod#3871)
+        (b"[1,3]<stderr>:" + NCCL_LINE, NCCL_LINE.decode(), 3, None, None),
+        (b"[1,0]<stdout>:Traceback (most recent call last):", "Traceback (most recent call last):", 0, None, None),
+        # a launcher's process tag in front of an srun label
+        (b"[80746] 0: [rank0]:[E321 02:07:08.408 ProcessGroupNCCL.cpp:607] x",
+         "[E321 02:07:08.408 ProcessGroupNCCL.cpp:607] x", 0, None, None),
+        # srun label in front of an NCCL prefix whose host was cut (nccl#653)
+        (b"201: :41367:41367 [1] enqueue.cc:422 NCCL WARN Error : no algorithm/protocol available",
+         ":41367:41367 [1] enqueue.cc:422 NCCL WARN Error : no algorithm/protocol available", 201, None, None),
     ],
 )
 def test_wrapper_prefixes(raw, text, rank, local_rank, time):
@@ -155,3 +174,14 @@ def test_real_fixture_reads_every_line():
 def test_numeric_tags_and_role_replicas(raw, text, rank, local_rank):
     line = _clean(raw)
     assert (line.text, line.rank, line.local_rank) == (text, rank, local_rank)
+
+
+@pytest.mark.parametrize("raw", [
+    b"(deit92) [yuxin.fang@gpu-dev006 deit]$ NCCL_DEBUG=INFO bash train.sh",  # a shell prompt, not Ray
+    b"(1/4) loading shards",
+    b"ERROR: something failed 04-07",  # a level word without vLLM's date head
+    b"INFO-node3:77:77 [0] NCCL INFO Bootstrap: Using eth0:10.0.0.3<0>",  # a hostname that starts with a level word
+])
+def test_lookalike_prefixes_are_kept(raw):
+    line = _clean(raw)
+    assert line.text == raw.decode() and line.rank is None

@@ -1031,10 +1031,16 @@ class NcclParser:
             # The prefix was cut but the WARN text is one NCCL prints: type it (prefix: "partial"), so that the
             # rules see it; a body that is not a known WARN shape stays nccl.unparsed.
             kind, rank, cached = parse_body("WARN", msg)
+            hm = _CUT_HEAD_RE.match(line.text[:lm.start()])
+            if kind == "nccl.warn.other" and hm and hm["file"]:
+                # No keyword in the text, but the remnant names the source file (":41367:41367 [1]
+                # enqueue.cc:422 NCCL WARN Error : no algorithm/protocol available", nccl#653).
+                family = _file_family(hm["file"])
+                if family:
+                    kind = "nccl.warn." + family
             if kind != "nccl.warn.other":
                 fields = dict(cached)
                 dev = None
-                hm = _CUT_HEAD_RE.match(line.text[:lm.start()])
                 if hm:
                     dev = int(hm["dev"]) if hm["dev"] else None
                     if hm["file"]:
