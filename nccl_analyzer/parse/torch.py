@@ -506,6 +506,19 @@ class _Body(Transformer):
             f["signal"] = _SIGNAME.get(-code, f"SIG{-code}")
         return "torch.elastic.worker_failed", f
 
+    def launcher_exit(self, c):
+        code = _int(c[1])
+        f = {"exitcode": code, "launcher": "deepspeed"}
+        m = re.search(r"--local_rank=(\d+)", str(c[0]))
+        if m:
+            f["local_rank"] = int(m.group(1))
+        if code < 0:
+            f["signal"] = _SIGNAME.get(-code, f"SIG{-code}")
+        return "torch.elastic.worker_failed", f
+
+    def ray_oom_kill(self, c):
+        return "torch.elastic.oom_kill", {"killed": _int(c[0]), "launcher": "ray", "signal": "SIGKILL"}
+
     def closing_signal(self, c):
         return "torch.elastic.sigterm", {"worker_pid": _int(c[0]), "signal": _signame(str(c[1]))}
 
@@ -654,6 +667,8 @@ _RE_STARTS: tuple[tuple[re.Pattern, str], ...] = (
     (re.compile(r"\[\d+\] is setting up NCCL"), "unique_id"),
     (re.compile(r"\[[^\]\s]*gloo[^\]\s]*:\d+\]"), "gloo"),
     (re.compile(r"\[[\w.-]+\] Worker group "), "elastic"),
+    (re.compile(r"\[.*\] exits with return code = -?\d+$"), "elastic"),  # DeepSpeed launcher
+    (re.compile(r"\d+ Workers \(tasks / actors\) killed due to memory pressure"), "elastic"),  # Ray raylet
     (re.compile(r"\s*what\(\):"), "what"),
     (re.compile(r"/\S+:\d+: .*Assertion"), "device_assert"),
 )
@@ -728,6 +743,12 @@ _PYBASIC = re.compile(r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL):(?P<logger>
 # [2024-01-11 11:13:42,163] torch.distributed.elastic.multiprocessing.api: [ERROR] msg    torch 2.1 - 2.2
 _PY21 = re.compile(r"\[(?P<date>\d{4}-\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d),(?P<ms>\d{3})\] (?P<logger>[\w.]+): "
                    r"\[(?P<level>[A-Z]+)\] ?")
+# [2023-04-14 13:11:27,885] [ERROR] [launch.py:434:sigkill_handler] msg            DeepSpeed's logger
+_DEEPSPEED = re.compile(r"\[(?P<date>\d{4}-\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d),(?P<ms>\d{3})\] \[(?P<level>[A-Z]+)\] "
+                        r"\[(?P<file>[\w.-]+):(?P<line>\d+):(?P<func>\w+)\] ?")
+# [2025-04-02 15:02:00,117 E 135782 135782] (raylet) node_manager.cc:3069: msg     Ray's C++ logger
+_RAY = re.compile(r"\[(?P<date>\d{4}-\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d),(?P<ms>\d{3}) (?P<sev>[DIWEF]) (?P<pid>\d+) \d+\] "
+                  r"(?:\((?P<comp>[\w-]+)\) )?(?P<file>[\w.-]+):(?P<line>\d+): ")
 _C10D_TAG = re.compile(r"\[c10d(?: - (?P<tag>debug|trace))?\] ")
 _WARNING = re.compile(r"Warning: (?P<msg>.*) \(function (?P<func>[^)]*(?:\(\))?)\)$")
 _SEV = {"F": "FATAL", "E": "ERROR", "W": "WARNING", "I": "INFO", "V": "VERBOSE", "D": "DEBUG", "C": "CRITICAL"}
@@ -1358,10 +1379,22 @@ def _log_prefix(text: str) -> dict | None:
             rest = text[m.end():]
         else:
             m = _PY21.match(text)
-            if not m:
-                return None
-            f = {"log_form": "python_v21", "severity": m.group("level"), "logger": m.group("logger"),
-                 "log_time": f"{m.group('date')} {m.group('hms')}.{m.group('ms')}"}
+            if m:
+                f = {"log_form": "python_v21", "severity": m.group("level"), "logger": m.group("logger"),
+                     "log_time": f"{m.group('date')} {m.group('hms')}.{m.group('ms')}"}
+            else:
+                m = _DEEPSPEED.match(text)
+                if m:
+                    f = {"log_form": "deepspeed", "severity": m.group("level"), "src_file": m.group("file"),
+                         "src_line": int(m.group("line")), "function": m.group("func"),
+                         "log_time": f"{m.group('date')} {m.group('hms')}.{m.group('ms')}"}
+                else:
+                    m = _RAY.match(text)
+                    if not m:
+                        return None
+                    f = {"log_form": "ray", "severity": _SEV[m.group("sev")], "src_file": m.group("file"),
+                         "src_line": int(m.group("line")), "_pid": int(m.group("pid")),
+                         "log_time": f"{m.group('date')} {m.group('hms')}.{m.group('ms')}"}
             rest = text[m.end():]
     elif c in "FEWIVDC" and len(text) > 5 and text[1].isdigit():
         m = _GLOG.match(text)
