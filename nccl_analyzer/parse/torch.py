@@ -429,6 +429,9 @@ class _Body(Transformer):
     def cuda_error(self, c):
         return "torch.cuda.error", {"cuda_error": _text(c[0])}
 
+    def cuda_failure_plain(self, c):
+        return "torch.cuda.error", {"cuda_error": str(c[1])[1:-1], "src_location": str(c[0]), "form": "cuda_check"}
+
     def cuda_driver_error(self, c):
         return "torch.cuda.error", {"cuda_error": _text(c[0]), "driver": True}
 
@@ -653,7 +656,7 @@ _DISPATCH: tuple[tuple[tuple[str, ...], str], ...] = (
     (("The client socket", "TCP client failed"), "store_connect"),
     (("Timed out after", "wait timeout after", "Socket Timeout"), "store_timeout"),
     (("Failed to recv, got 0 bytes",), "store_closed"),
-    (("CUDA error:", "CUDA driver error:"), "cuda_error"),
+    (("CUDA error:", "CUDA driver error:", "Cuda failure "), "cuda_error"),
     (("CUDA out of memory",), "cuda_oom"),
     (("Search for `cuda",), "cuda_search"),
     (("terminate called",), "terminate"),
@@ -758,7 +761,7 @@ _SEV = {"F": "FATAL", "E": "ERROR", "W": "WARNING", "I": "INFO", "V": "VERBOSE",
 _EXC = r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure|Timeout)\b"
 _UPPER = (r"[FEWIVC]\d{4} \d|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):|Traceback \(most|During handling of the above|"
           r"The (?:above exception|server socket|client socket)|NCCL (?:error|timeout|communicator)|"
-          r"CUDA (?:error|driver error|out of memory)|WorkNCCL\(|Work WorkNCCL|Watchdog caught|Some NCCL|"
+          r"CUDA (?:error|driver error|out of memory)|Cuda failure \S+:\d+ '|WorkNCCL\(|Work WorkNCCL|Watchdog caught|Some NCCL|"
           r"To avoid data|Process group watchdog|Process \d+ got signal|Exception \(either|Exception raised from|"
           r"Timeout at NCCL|Timed out after|Heartbeat monitor|ProcessGroupNCCL|PGNCCL|HeartbeatMonitor|Received |"
           r"First (?:PG|watchdog)|Observed flight|Finished (?:flight|writing NCCLPG)|Flight [Rr]ecorder|"
