@@ -357,6 +357,11 @@ class JobBuilder:
         for name in ("op_count", "opCount", "count", "datatype"):
             if ev.get(name) is not None:
                 entry[name] = ev.get(name)
+        prev = self.collectives.get(r)
+        if prev is not None and str(prev.get("source", "")).startswith("torch."):
+            # The watchdog's report of where this rank stopped (op, SeqNum, last completed) stays: a later NCCL call
+            # line of the same process is another communicator's (a subgroup) or the abort path, not progress.
+            return
         self.collectives[r] = entry
 
     def _on_watchdog(self, ev: Event) -> None:

@@ -320,7 +320,7 @@ _SRUN_PAYLOAD = re.compile(
 )
 # Further heads only an srun label may stand before (a "[3] " tag before these is NCCL's cut "[dev]" head): the
 # continuation of an NCCL error message, a bare "file.cc:123" WARN (<= 2.2), Ray's "(Actor pid=N)".
-_SRUN_ONLY_PAYLOAD = re.compile(r"nccl[A-Z]\w*: |Last error:|[\w./-]+\.(?:cc|cpp|cu|h|c|py):\d+|\([\w.]+ pid=\d+")
+_SRUN_ONLY_PAYLOAD = re.compile(r"nccl[A-Z]\w*: |Last error:|[\w./-]+\.(?:cc|cpp|cu|h|c|py):\d+|\((?:raylet\)|pid=\d+|[\w.]+ pid=\d+)")
 
 
 def iter_source(src: Source) -> Iterator[Line]:

@@ -275,6 +275,15 @@ def nccl_versions_differ(ctx: PredContext) -> PredResult | None:
         return None
     ev = [b.version_events[v] for vs in nums.values() for v in vs if v in b.version_events]
     ranks = tuple(sorted({r for r in (b.rank_of(e) for e in ev) if r is not None}))
+    by_num: dict[str, set[int]] = {}
+    for r, info in b.job.ranks.items():
+        if info.nccl_version:
+            by_num.setdefault(version_number(info.nccl_version) or info.nccl_version, set()).add(r)
+    if len(by_num) > 1:
+        # The odd ones out: every rank not on the majority's version (on a tie, the version of the lowest rank,
+        # where the job's store and rank 0 live, is the reference).
+        ref = max(by_num, key=lambda n: (len(by_num[n]), -min(by_num[n])))
+        ranks = tuple(sorted(r for n, rs in by_num.items() if n != ref for r in rs))
     who = "; ".join(f"{n} on {', '.join(sorted(set().union(*(b.versions_by_proc[v] for v in vs))))[:80]}"
                     for n, vs in sorted(nums.items()))
     return PredResult(bound={"versions": ", ".join(sorted(nums)), "who": who}, ranks=ranks, evidence=ev[:4])
@@ -380,6 +389,13 @@ def no_init_complete(ctx: PredContext, **args: Any) -> PredResult | None:
         return None
     if args.get("others_complete") and not any_complete:
         return None
+    if args.get("nccl_evidence_on_stuck"):
+        # The rule's NCCL lines (e.g. P2P channel setup) must come from a rank that is itself stuck in init: a
+        # rank stuck before reaching them says nothing about what its peers set up.
+        own = {b.rank_of(e) for e in ctx.events if e.kind.startswith("nccl.")}
+        stuck &= own
+        if not stuck:
+            return None
     return PredResult(bound={"stuck": ", ".join(map(str, sorted(stuck)))}, ranks=tuple(sorted(stuck)))
 
 
