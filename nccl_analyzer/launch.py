@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, TextIO
 
+from . import procs
 from .errors import AnalyzerError
 from .live import (CHECK_INTERVAL, CHUNK, LineSplitter, LiveAnalysis, TextOut, _make_analyzer, _PassThrough,
                    format_final)
@@ -338,23 +339,13 @@ def _killpg(pgid: int, sig: int) -> None:
 
 def _group_members(pgid: int) -> list[int] | None:
     """Live (not zombie) processes of the group, from /proc; None where /proc cannot tell."""
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
+    if not os.path.isdir("/proc"):
         return None
     members = []
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        # pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses: split after the last ')'.
-        fields = stat[stat.rfind(b")") + 2:].split()
-        if len(fields) >= 3 and int(fields[2]) == pgid and fields[0] != b"Z":
-            members.append(int(entry))
+    for pid in procs.all_pids():
+        fields = procs.stat(pid)  # state ppid pgrp ...
+        if fields is not None and len(fields) >= 3 and int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(pid)
     return members
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Mapping
 
+from .. import procs
 from ..errors import ReproduceError
 from .plan import BASE_ENV_KEYS, INSTALL_HINT, WORKER_MODULE, LocalInfo, Plan, validate_env
 
@@ -109,22 +110,13 @@ def run_plan(plan: Plan, *, workdir: str, label: str, timeout: float, base_env: 
 
 def _proc_stat(pid: int) -> tuple[int, str] | None:
     """(parent pid, start time) of a live process, or None."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            data = fh.read().decode(errors="replace")
-    except OSError:
-        return None
-    rest = data[data.rfind(")") + 2:].split()
-    if len(rest) < 20 or rest[0] == "Z":
+    rest = procs.stat(pid)
+    if rest is None or len(rest) < 20 or rest[0] == "Z":
         return None
     return int(rest[1]), rest[19]
 
 
-def _all_pids() -> list[int]:
-    try:
-        return [int(n) for n in os.listdir("/proc") if n.isdigit()]
-    except OSError:
-        return []
+_all_pids = procs.all_pids
 
 
 def descendants(root: int) -> dict[int, str]:
@@ -166,8 +158,8 @@ def marked(marker: str) -> dict[int, str]:
     return found
 
 
-def _signal_all(procs: Mapping[int, str], sig: int) -> None:
-    for pid, started in procs.items():
+def _signal_all(targets: Mapping[int, str], sig: int) -> None:
+    for pid, started in targets.items():
         st = _proc_stat(pid)
         if st is None or st[1] != started:
             continue
