@@ -9,7 +9,7 @@ from lark import Lark, Transformer, v_args
 from lark.exceptions import UnexpectedInput, VisitError
 
 from ..model import Event, Line
-from ..resources import grammar_dir, read_grammar
+from ..resources import grammar_dir, parser_cache, read_grammar
 
 __all__ = ["NcclParser", "PREFIX_RE", "parse_body", "body_parser", "BODY_STARTS"]
 
@@ -524,16 +524,17 @@ BODY_START_SYMBOLS = ("line", "banner", "cuda_driver", "bootstrap", "env", "plug
 
 
 def build_parser(strict: bool = False) -> Lark:
-    """A fresh LALR parser for nccl.lark with every start symbol (tests pass ``strict=True``)."""
+    """A fresh LALR parser for nccl.lark with every start symbol (tests pass ``strict=True``, uncached)."""
     return Lark(read_grammar("nccl.lark"), parser="lalr", lexer="contextual", start=list(BODY_START_SYMBOLS),
-                transformer=_Body(), import_paths=[grammar_dir()], strict=strict)
+                transformer=_Body(), import_paths=[grammar_dir()], strict=strict,
+                cache=False if strict else parser_cache("nccl"))
 
 
 _PARSER: Lark | None = None
 
 
 def body_parser() -> Lark:
-    """The process-wide parser, built on first use (no cache=True: it unpickles a predictable /tmp file)."""
+    """The process-wide parser, built on first use (cached only in a private folder: resources.parser_cache)."""
     global _PARSER
     if _PARSER is None:
         _PARSER = build_parser()

@@ -24,7 +24,7 @@ from lark import Lark, Transformer, Token
 from lark.exceptions import LarkError, VisitError
 
 from ..model import Event, Line
-from ..resources import read_grammar
+from ..resources import parser_cache, read_grammar
 
 MAX_BLOCK_LINES = 200  # lines kept in fields["lines"] of one multi-line event
 _IDLE_LINES = 400  # an unfinished traceback that saw nothing for this many input lines is closed
@@ -36,7 +36,7 @@ _TORCH_STARTS = (
     "work_line", "watchdog_timeout", "watchdog_abort", "watchdog_exception", "work_status", "async_error",
     "failed_stack", "stack_frame", "heartbeat", "flight_recorder", "desync", "nccl_error", "nccl_detail",
     "comm_aborted", "unique_id", "pg_init", "store_listen", "socket_bind", "store_connect", "store_timeout",
-    "store_closed", "gloo", "cuda_error", "cuda_search", "device_assert", "cuda_oom", "terminate", "what",
+    "store_closed", "gloo", "cuda_error", "xid", "cuda_search", "device_assert", "cuda_oom", "terminate", "what",
     "cpp_frame", "elastic", "failure_field",
 )
 _TB_STARTS = ("tb_header", "tb_chain", "tb_frame", "tb_exception")
@@ -432,6 +432,21 @@ class _Body(Transformer):
     def cuda_failure_plain(self, c):
         return "torch.cuda.error", {"cuda_error": str(c[1])[1:-1], "src_location": str(c[0]), "form": "cuda_check"}
 
+    def cuda_runtime_error(self, c):
+        m = _AT_LOC.search(_text(c[1]))
+        text = _text(c[1])[:m.start()] if m else _text(c[1])
+        return "torch.cuda.error", {"cuda_error": text.strip(), "cuda_code": int(c[0]), "form": "thc",
+                                    **({"src_location": m.group(1)} if m else {})}
+
+    def thc_check_fail(self, c):
+        return "torch.cuda.error", {"cuda_error": _text(c[3]).strip(), "cuda_code": int(c[2]), "form": "thc_check",
+                                    "src_location": f"{c[0]}:{c[1]}"}
+
+    def xid(self, c):
+        c = [t for t in c if getattr(t, "type", None) != "DMESG_TS"]
+        detail = _text(c[2]).strip() if len(c) > 2 else ""
+        return "system.xid", {"xid": int(c[1]), "pci": str(c[0]), "detail": detail}
+
     def cuda_driver_error(self, c):
         return "torch.cuda.error", {"cuda_error": _text(c[0]), "driver": True}
 
@@ -598,12 +613,14 @@ class _Tb(Transformer):
 
 @lru_cache(maxsize=None)
 def _lark_torch() -> Lark:
-    return Lark(read_grammar("torch.lark"), parser="lalr", start=list(_TORCH_STARTS), transformer=_Body())
+    return Lark(read_grammar("torch.lark"), parser="lalr", start=list(_TORCH_STARTS), transformer=_Body(),
+                cache=parser_cache("torch"))
 
 
 @lru_cache(maxsize=None)
 def _lark_tb() -> Lark:
-    return Lark(read_grammar("traceback.lark"), parser="lalr", start=list(_TB_STARTS), transformer=_Tb())
+    return Lark(read_grammar("traceback.lark"), parser="lalr", start=list(_TB_STARTS), transformer=_Tb(),
+                cache=parser_cache("traceback"))
 
 
 def build_parsers(strict: bool = False) -> tuple[Lark, Lark]:
@@ -656,7 +673,9 @@ _DISPATCH: tuple[tuple[tuple[str, ...], str], ...] = (
     (("The client socket", "TCP client failed"), "store_connect"),
     (("Timed out after", "wait timeout after", "Socket Timeout"), "store_timeout"),
     (("Failed to recv, got 0 bytes",), "store_closed"),
-    (("CUDA error:", "CUDA driver error:", "Cuda failure "), "cuda_error"),
+    (("CUDA error:", "CUDA driver error:", "Cuda failure ", "cuda runtime error (", "THCudaCheck FAIL "),
+     "cuda_error"),
+    (("NVRM: Xid (",), "xid"),
     (("CUDA out of memory",), "cuda_oom"),
     (("Search for `cuda",), "cuda_search"),
     (("terminate called",), "terminate"),
@@ -674,8 +693,10 @@ _RE_STARTS: tuple[tuple[re.Pattern, str], ...] = (
     (re.compile(r"\d+ Workers \(tasks / actors\) killed due to memory pressure"), "elastic"),  # Ray raylet
     (re.compile(r"\s*what\(\):"), "what"),
     (re.compile(r"/\S+:\d+: .*Assertion"), "device_assert"),
+    (re.compile(r"\[\s*\d+\.\d+\] NVRM: Xid \("), "xid"),
 )
 
+_AT_LOC = re.compile(r" at (\S+:\d+)$")
 _body_cache: dict[str, tuple[str, dict] | None] = {}
 
 # Kinds whose field "what"/"reason" quotes another message: classify that one too (cause_kind + its fields).
@@ -767,16 +788,16 @@ _UPPER = (r"[FEWIVC]\d{4} \d|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):|Traceback \(
           r"First (?:PG|watchdog)|Observed flight|Finished (?:flight|writing NCCLPG)|Flight [Rr]ecorder|"
           r"Stack trace of the failed|Socket Timeout|Failed to recv|Sending process|Signal \d+ \(|Setting OMP_NUM|"
           r"Search for `cuda|Unable to shutdown|UV Store|TCP client|Collective WorkNCCL|Terminating the process|"
-          r"Unknown NCCL error|Last error:|Root Cause \(first|Failures:$|" + _EXC)
-_LOWER = r"terminate called|failed \(exitcode|wait timeout after|frame #\d|nccl[A-Z]\w+:|found async|" + _EXC
+          r"Unknown NCCL error|Last error:|Root Cause \(first|Failures:$|THCudaCheck FAIL|NVRM: Xid \(|" + _EXC)
+_LOWER = r"terminate called|failed \(exitcode|wait timeout after|frame #\d|nccl[A-Z]\w+:|found async|cuda runtime error \(|" + _EXC
 _PRE_BY_CHAR: dict[str, re.Pattern] = {}
 for _c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ":
     _PRE_BY_CHAR[_c] = re.compile(_UPPER)
 for _c in "abcdefghijklmnopqrstuvwxyz_":
     _PRE_BY_CHAR[_c] = re.compile(_LOWER)
 _PRE_BY_CHAR["["] = re.compile(r"\[(?:rank\d|[FEWIV][\d ]|Rank \d|PG |c10d|\d{4}-\d\d-\d\d |\d+\]:$|\d+\] is setting"
-                               r"|[^\]\s]*gloo|[\w.-]+\] Worker group)")
-_PRE_BY_CHAR[" "] = re.compile(r"\s+(?:File \"|what\(\):)|  (?:time|host|rank|exitcode|error_file|traceback) *:")
+                               r"|[^\]\s]*gloo|[\w.-]+\] Worker group|\s*\d+\.\d+\] NVRM: Xid \()")
+_PRE_BY_CHAR[" "] = re.compile(r"\s+(?:File \"|what\(\):|\"message\": \")|  (?:time|host|rank|exitcode|error_file|traceback) *:")
 _PRE_BY_CHAR["\t"] = re.compile(r"\t")
 _PRE_BY_CHAR["/"] = re.compile(r"/\S+:\d+: .*Assertion")
 _PRE_BY_CHAR["#"] = re.compile(r"#\d+ \S+ from ")
@@ -1138,6 +1159,11 @@ class TorchParser:
         rec = _log_prefix(text)
         if rec is not None:
             return self._record(line, text, key, rank, rec)
+        # torchelastic's error_handler JSON dump (torch 1.9 - 1.12): '    "message": "RendezvousConnectionError: ..."'
+        if c == " " and text.lstrip().startswith('"message": "'):
+            inner = text.lstrip()[12:].rstrip().rstrip(",").rstrip('"')
+            if _LONE_EXC.match(inner):
+                text = inner
         # a lone exception line (its traceback header is missing: partial output)
         if _LONE_EXC.match(text):
             b = _Block("exc", key, line, rank, text)
