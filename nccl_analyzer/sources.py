@@ -22,6 +22,7 @@ _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@
 _CTRL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 # Wrapper prefixes, outermost first. Each may appear once, in this order, before the payload:
+#   "> "                              a Markdown quote marker pasted with the log (RLHF-V#11)
 #   2026-11-29T13:53:17.123456789Z   kubectl logs --timestamps / docker logs -t (RFC 3339)
 #   [default3]:                       torchrun --tee / --redirects (role + local rank, no space)
 #   [rank3]:                          torch >= 2.3 excepthook / c10 logger once a default PG exists
@@ -236,6 +237,9 @@ def clean_text(s: str, src: Source, lineno: int, truncated: bool = False) -> Lin
     if not s.isprintable() and _CTRL.search(s):
         s = _CTRL.sub("", s)
     raw = s
+    if s[:1] == ">" and (s[1:2] == " " or len(s) == 1):
+        # A Markdown quote ("> " before each line) kept inside a pasted code block: outside any other wrapper.
+        s = s[2:]
     rank = src.rank
     local_rank = src.local_rank
     time = None
@@ -288,6 +292,8 @@ def clean_text(s: str, src: Source, lineno: int, truncated: bool = False) -> Lin
                 if s.startswith(" "):
                     # torch's excepthook writes "[rank0]: " + line; the c10 logger "[rank0]:[E...".
                     s = s[1:]
+        if s[:2] == "> ":
+            s = s[2:]  # a Markdown quote marker behind a launcher's / collector's prefix
     elif s[:1] in _VLLM_START:
         s, time = _strip_vllm_head(s, time)
     return Line(src.path, lineno, s, raw, rank, local_rank, time, truncated)
@@ -316,7 +322,7 @@ def _looks_like_srun_payload(s: str, start: int) -> bool:
 
 _SRUN_PAYLOAD = re.compile(
     r"(?:[\w.-]*:\d+:\d+ |Traceback|  File |\[|[IWEF]\d{4} |NCCL |[A-Z]\w*(?:Error|Exception)\b|"
-    r"torch\.|WARNING:|ERROR:|INFO:|\d{4}-\d\d-\d\d|terminate called |  what\(\): )"
+    r"torch\.|WARNING:|ERROR:|INFO:|\d{4}-\d\d-\d\d|terminate called |  what\(\): |Watchdog caught |> (?=\S))"
 )
 # Further heads only an srun label may stand before (a "[3] " tag before these is NCCL's cut "[dev]" head): the
 # continuation of an NCCL error message, a bare "file.cc:123" WARN (<= 2.2), Ray's "(Actor pid=N)".
