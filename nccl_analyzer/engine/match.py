@@ -360,6 +360,63 @@ def _missing_ranks(b: "JobBuilder", reporting: set[int]) -> tuple[int, ...]:
 
 
 @predicate
+def silent_ranks(ctx: PredContext, **args: Any) -> PredResult | None:
+    """Ranks of the job that did NOT report the matched timeouts: the suspects, since every rank that did report
+    one was waiting for a peer (gloo names no sequence number, so this is what tells culprit from victims).
+    When every known rank reported, they are the ranks named (e.g. all stuck in mismatched collectives)."""
+    b = ctx.builder
+    reporting = {r for r in (b.rank_of(e) for e in ctx.events) if r is not None}
+    if not reporting:
+        return None
+    world = b.job.world_size or 0
+    known = set(b.job.ranks) | set(range(world))
+    silent = tuple(sorted(r for r in known if r not in reporting))
+    if silent:
+        return PredResult(bound={"lagging": _rank_list(silent)}, ranks=silent)
+    return PredResult(bound={}, ranks=tuple(sorted(reporting)))
+
+
+@predicate
+def exited_peers(ctx: PredContext, **args: Any) -> PredResult | None:
+    """The peer(s) that went away: ranks torchrun saw exit on their own (an error code, or a signal other than
+    the SIGTERM/SIGINT it sends when tearing the group down) that are not among the ranks reporting the lost
+    connection. Falls back to the ranks that reported nothing at all."""
+    b = ctx.builder
+    reporting = {r for r in (b.rank_of(e) for e in ctx.events) if r is not None}
+    gone = []
+    for r, entry in b.exits.items():
+        code = entry.get("exitcode")
+        if r in reporting or code is None:
+            continue
+        try:
+            code = int(code)
+        except (TypeError, ValueError):
+            continue
+        if code > 0 or code not in (0, -2, -15):
+            gone.append(r)
+    if gone:
+        ranks = tuple(sorted(gone))
+        return PredResult(bound={"peer_ranks": _rank_list(ranks)}, ranks=ranks)
+    res = silent_ranks(ctx)
+    if res is not None and res.bound.get("lagging"):
+        return PredResult(bound={"peer_ranks": res.bound["lagging"]}, ranks=res.ranks)
+    return None
+
+
+def _rank_list(ranks: tuple[int, ...]) -> str:
+    """"3", "3, 5" or "0-7, 9" for a bound value read by a person."""
+    out: list[str] = []
+    i = 0
+    while i < len(ranks):
+        j = i
+        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+            j += 1
+        out.append(str(ranks[i]) if i == j else f"{ranks[i]}-{ranks[j]}")
+        i = j + 1
+    return ", ".join(out)
+
+
+@predicate
 def rank_missing_from_collective(ctx: PredContext) -> PredResult | None:
     """Some ranks of the world never reported the collective the others timed out in (or desync names them)."""
     b = ctx.builder
