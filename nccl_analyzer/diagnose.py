@@ -135,9 +135,11 @@ def diagnose(hits: list[Hit], builder: "JobBuilder") -> Verdict:
     if not ranks:
         for h in same_tax:
             ranks |= set(h.ranks)
-    if not ranks and len(job.ranks) == 1:
+    if not ranks and best.victims_only:
+        pass  # the only ranks in view reported losing a peer: they are not the cause, and the peer is unknown
+    elif not ranks and len(job.ranks) == 1:
         ranks = set(job.ranks)
-    if not ranks:
+    if not ranks and not best.victims_only:
         ranks = _first_failed(builder)
     conf = best.rule.confidence
     corroborating = {h.rule.id for h in same_tax if h.rule.id != best.rule.id}
@@ -170,25 +172,43 @@ def diagnose(hits: list[Hit], builder: "JobBuilder") -> Verdict:
     title = render_title(best.rule.title, bound)
     root = RootCause(id=best.rule.taxonomy, title=title, confidence=conf, ranks=tuple(sorted(ranks)),
                      hosts=tuple(sorted(hosts)), evidence=_merge_evidence(best.evidence, same_tax),
-                     explanation=explanation, fix=make_fix(best.rule, bound), rule=best.rule.id, gpus=tuple(gpus))
+                     explanation=explanation, fix=make_fix(best.rule, bound, job.torch_version), rule=best.rule.id, gpus=tuple(gpus))
     findings = _findings(hits, best, builder, root_ranks=ranks)
     _rank_roles(builder, tuple(sorted(ranks)), findings)
     return Verdict(root, findings, [f for f in findings if f.role == "cascade"], best)
+
+
+def rank_list(ranks: Any, cap: int = 6) -> str:
+    """Ranks as ranges, at most ``cap`` of them: ``[0, 1, 2, 5]`` -> ``"0-2, 5"``; more -> ``"..., +N more"``."""
+    values = sorted(set(int(r) for r in ranks))
+    runs: list[tuple[int, int]] = []
+    for r in values:
+        if runs and r == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], r)
+        else:
+            runs.append((r, r))
+    parts = [str(a) if a == b else f"{a}-{b}" if b > a + 1 else f"{a}, {b}" for a, b in runs]
+    if len(parts) > cap:
+        left = sum(b - a + 1 for a, b in runs[cap:])
+        return ", ".join(parts[:cap]) + f" and {left} more"
+    return ", ".join(parts)
 
 
 def _story(best: Hit, ranks: set[int], explained: list[Hit], builder: "JobBuilder") -> str:
     """One or two sentences on how the failure spread across ranks."""
     parts = []
     if ranks:
-        who = ", ".join(str(r) for r in sorted(ranks))
+        who = rank_list(ranks)
         hosts = sorted({builder.job.ranks[r].host for r in ranks if r in builder.job.ranks and builder.job.ranks[r].host})
-        parts.append(f" The failure started on rank{'s' if len(ranks) > 1 else ''} {who}"
-                     + (f" ({', '.join(hosts)})" if hosts else "") + ".")
+        where = ""
+        if hosts:
+            where = f" ({', '.join(hosts[:3])}" + (f" and {len(hosts) - 3} more hosts" if len(hosts) > 3 else "") + ")"
+        parts.append(f" The failure started on rank{'s' if len(ranks) > 1 else ''} {who}{where}.")
     victims = sorted({r for h in explained for r in (h.event_ranks or h.ranks) if r not in ranks})
     if explained:
         kinds = sorted({h.rule.taxonomy for h in explained})
         if victims:
-            parts.append(f" Rank{'s' if len(victims) > 1 else ''} {', '.join(map(str, victims[:16]))} then failed as a "
+            parts.append(f" Rank{'s' if len(victims) > 1 else ''} {rank_list(victims)} then failed as a "
                          f"consequence ({', '.join(kinds)}); those are cascade, not causes.")
         else:
             parts.append(f" The other errors in the log ({', '.join(kinds)}) follow from it.")

@@ -39,6 +39,8 @@ _SRUN = re.compile(r" {0,4}(\d{1,5}): ")
 #   [1,3]<stderr>:                    mpirun --tag-output ([jobid,rank]<stream>:); the rank is kept
 #   ERROR 04-07 00:57:46 ray_utils.py:45]   vLLM's per-line logger head (also "[file.py:45] ", v0.8+)
 _RAY = re.compile(r"\((?:[A-Za-z_][\w.:-]*(?: pid=\d+(?:, ip=[\w.:-]+)?)?|pid=\d+(?:, ip=[\w.:-]+)?)\) ?")
+_CLOCK = re.compile(r"\d\d:\d\d:\d\d(?:[.,]\d{1,6})? (?=\[(?:rank\d|[A-Za-z_]*\d+\]:|[FEWI]\d{4} ))")
+_TQDM_GLUED = re.compile(r"[^\[]*\d+/\d+ \[[^\]\[]*(?:s/it|it/s)[^\]\[]*\](?=\[(?:rank\d|[FEWI]\d{4} |[A-Za-z_]+\d+\]:))")
 _MPI_TAG = re.compile(r"\[\d+,(\d+)\]<(?:stdout|stderr|stddiag)>:")
 _VLLM_HEAD = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w.-]+:\d+\] ")
 _VLLM_LEVELS = frozenset(("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"))
@@ -237,6 +239,8 @@ def clean_text(s: str, src: Source, lineno: int, truncated: bool = False) -> Lin
     if not s.isprintable() and _CTRL.search(s):
         s = _CTRL.sub("", s)
     raw = s
+    if "it]" in s:
+        s = _drop_glued_bar(s)
     if s[:1] == ">" and (s[1:2] == " " or len(s) == 1):
         # A Markdown quote ("> " before each line) kept inside a pasted code block: outside any other wrapper.
         s = s[2:]
@@ -250,6 +254,8 @@ def clean_text(s: str, src: Source, lineno: int, truncated: bool = False) -> Lin
             if m:
                 time = m.group(1)
                 s = s[m.end():]
+        if s[2:3] == ":" and s[5:6] == ":":
+            s = _strip_clock(s)
         if rank is None and (s[:1] in _SRUN_START or s[:1] == "[" and s[1:2].isdigit()):
             # srun --label is outside everything the job itself prints ("3: [default0]:[rank3]: ..."); an inner
             # [rankN]: below overrides its task id. Only a log viewer's line number ("[80746] ") is further out.
@@ -262,6 +268,8 @@ def clean_text(s: str, src: Source, lineno: int, truncated: bool = False) -> Lin
                 src.srun = True
                 rank = int(m.group(1))
                 s = s[m.end():]
+                if s[2:3] == ":" and s[5:6] == ":":
+                    s = _strip_clock(s)
         if s.startswith("(") and (" pid=" in s[:64] or s.startswith("(pid=") or s.startswith("(raylet)")):
             m = _RAY.match(s)
             if m:
@@ -283,6 +291,10 @@ def clean_text(s: str, src: Source, lineno: int, truncated: bool = False) -> Lin
             if m:
                 local_rank = int(m.group(2))
                 s = s[m.end():]
+                if "it]" in s:
+                    s = _drop_glued_bar(s)  # the bar was written behind torchrun's "[default0]:"
+                elif s[2:3] == ":" and s[5:6] == ":":
+                    s = _strip_clock(s)
         if s.startswith("[rank"):
             # "[rank12]:" by string operations: this prefix is on most lines of a torch >= 2.3 job.
             j = s.find("]:", 5, 16)
@@ -300,6 +312,22 @@ def clean_text(s: str, src: Source, lineno: int, truncated: bool = False) -> Lin
 
 
 _VLLM_START = frozenset("DIWEC")
+
+
+def _strip_clock(s: str) -> str:
+    """A wall clock a log collector (or the job's own logger) put before the job's prefixes: "18:11:06.680
+    [rank4]:[E205 ...". Only in front of a rank / worker / c10 prefix; other bracketed text keeps its clock."""
+    m = _CLOCK.match(s)
+    return s[m.end():] if m else s
+
+
+def _drop_glued_bar(s: str) -> str:
+    """A tqdm bar left without its newline with the next record glued on ("1021/100000 [45:39<51:20:53,
+    1.87s/it][rank2]:[E723 ..."): the record, when a log record's own prefix follows the bar directly."""
+    if "s/it]" not in s and "it/s]" not in s:
+        return s
+    m = _TQDM_GLUED.match(s)
+    return s[m.end():] if m else s
 
 
 def _strip_vllm_head(s: str, time: str | None) -> tuple[str, str | None]:
@@ -321,7 +349,7 @@ def _looks_like_srun_payload(s: str, start: int) -> bool:
 
 
 _SRUN_PAYLOAD = re.compile(
-    r"(?:[\w.-]*:\d+:\d+ |Traceback|  File |\[|[IWEF]\d{4} |NCCL |[A-Z]\w*(?:Error|Exception)\b|"
+    r"(?:[\w.-]*:\d+:\d+ |[\w.-]+: Test (?:CUDA|NCCL) failure |\d\d:\d\d:\d\d(?:[.,]\d+)? \[|Traceback|  File |\[|[IWEF]\d{4} |NCCL |[A-Z]\w*(?:Error|Exception)\b|"
     r"torch\.|WARNING:|ERROR:|INFO:|\d{4}-\d\d-\d\d|terminate called |  what\(\): |Watchdog caught |> (?=\S))"
 )
 # Further heads only an srun label may stand before (a "[3] " tag before these is NCCL's cut "[dev]" head): the

@@ -61,6 +61,14 @@ def test_carriage_return_progress_bar_keeps_last_segment():
         # srun label in front of an NCCL prefix whose host was cut (nccl#653)
         (b"201: :41367:41367 [1] enqueue.cc:422 NCCL WARN Error : no algorithm/protocol available",
          ":41367:41367 [1] enqueue.cc:422 NCCL WARN Error : no algorithm/protocol available", 201, None, None),
+        # a tqdm bar left without its newline, the next record glued on (simple_GRPO#46), also behind --tee
+        (b"1021/100000 [45:39<51:20:53,  1.87s/it][rank2]:[E723 01:58:45.510 ProcessGroupNCCL.cpp:632] x",
+         "[E723 01:58:45.510 ProcessGroupNCCL.cpp:632] x", 2, None, None),
+        (b"[default1]: 3%| | 270/9847 [05:50<3:17:42,  1.24s/it][rank1]:[E723 01:58:45.510 ProcessGroupNCCL.cpp:632] x",
+         "[E723 01:58:45.510 ProcessGroupNCCL.cpp:632] x", 1, 1, None),
+        # a log collector's wall clock in front of the job's own prefix (ms-swift#7992)
+        (b"18:11:06.680 [rank4]:[E205 18:11:06.375 ProcessGroupNCCL.cpp:1870] x",
+         "[E205 18:11:06.375 ProcessGroupNCCL.cpp:1870] x", 4, None, None),
     ],
 )
 def test_wrapper_prefixes(raw, text, rank, local_rank, time):
@@ -179,6 +187,8 @@ def test_numeric_tags_and_role_replicas(raw, text, rank, local_rank):
 @pytest.mark.parametrize("raw", [
     b"(deit92) [yuxin.fang@gpu-dev006 deit]$ NCCL_DEBUG=INFO bash train.sh",  # a shell prompt, not Ray
     b"(1/4) loading shards",
+    b" 3%| | 270/9847 [05:50<3:17:42,  1.24s/it]Invalidate trace cache @ step 1",  # a bar, no record behind it
+    b"12:00:01 [notice] service started",  # a clock before text that is no job prefix stays as it was
     b"ERROR: something failed 04-07",  # a level word without vLLM's date head
     b"INFO-node3:77:77 [0] NCCL INFO Bootstrap: Using eth0:10.0.0.3<0>",  # a hostname that starts with a level word
 ])

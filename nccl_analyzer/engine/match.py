@@ -332,19 +332,32 @@ def lowest_seqnum_rank(ctx: PredContext) -> PredResult | None:
     behind = tuple(sorted(r for r, v in pos.items() if v == lo))
     bound: dict[str, Any] = {"seq": int(lo) + 1}
     if len(set(pos.values())) > 1:
-        bound["lagging"] = ", ".join(map(str, behind))
+        bound.update(_lagging_bound(b, behind, "lagging {who}"))
         return PredResult(bound=bound, ranks=behind)
     missing = _missing_ranks(b, set(pos))
     if missing:
-        bound["lagging"] = ", ".join(map(str, missing))
+        bound.update(_lagging_bound(b, missing, "lagging {who}"))
         return PredResult(bound=bound, ranks=missing)
     if b.job.world_size == 1 and len(pos) == 1:
         # A world of one rank waits for no peer: its own GPU stream (a long or hung kernel queued before the
         # collective) kept the collective from finishing.
-        bound["lagging"] = f"{behind[0]} (the only rank: its own GPU work before the collective did not finish)"
+        bound.update(_lagging_bound(b, behind, "rank {list} is the only rank: GPU work it queued before did not finish"))
+        bound["only_rank"] = behind[0]
         return PredResult(bound=bound, ranks=behind)
-    bound["lagging"] = "unknown"
+    # no rank is behind the others: "lagging" stays unbound and the rule's text leaves that part out
     return PredResult(bound=bound, ranks=())
+
+
+def _lagging_bound(b: "JobBuilder", ranks: tuple[int, ...], what: str) -> dict[str, Any]:
+    """``lagging`` ("1, 2"), ``lagging_who`` ("ranks 1, 2"), ``lagging_what`` (``what`` filled) and, for one
+    rank whose pid the log shows, ``lagging_pid``."""
+    lst = _rank_list(ranks)
+    who = _who(ranks)
+    out: dict[str, Any] = {"lagging": lst, "lagging_who": who, "lagging_what": what.format(who=who, list=lst)}
+    info = b.job.ranks.get(ranks[0]) if len(ranks) == 1 else None
+    if info is not None and info.pid is not None:
+        out["lagging_pid"] = info.pid
+    return out
 
 
 def _missing_ranks(b: "JobBuilder", reporting: set[int]) -> tuple[int, ...]:
@@ -353,8 +366,10 @@ def _missing_ranks(b: "JobBuilder", reporting: set[int]) -> tuple[int, ...]:
     lag = set(b.lagging)
     if lag:
         return tuple(sorted(lag))
-    if world and len(reporting) < world:
-        # Ranks that said nothing about the timed-out collective while their peers reported it.
+    if world and len(reporting) < world and 2 * len(reporting) >= world:
+        # Ranks that said nothing about the timed-out collective while (most of) their peers reported it. When
+        # most of the world is silent, the input is one or a few ranks' output (a partial paste, one node's
+        # log): silence then says nothing about who lagged.
         return tuple(sorted(r for r in known if r not in reporting and r < world))
     return ()
 
@@ -396,11 +411,16 @@ def exited_peers(ctx: PredContext, **args: Any) -> PredResult | None:
             gone.append(r)
     if gone:
         ranks = tuple(sorted(gone))
-        return PredResult(bound={"peer_ranks": _rank_list(ranks)}, ranks=ranks)
+        return PredResult(bound={"peer_ranks": _rank_list(ranks), "peer_who": _who(ranks)}, ranks=ranks)
     res = silent_ranks(ctx)
     if res is not None and res.bound.get("lagging"):
-        return PredResult(bound={"peer_ranks": res.bound["lagging"]}, ranks=res.ranks)
+        return PredResult(bound={"peer_ranks": res.bound["lagging"], "peer_who": _who(res.ranks)}, ranks=res.ranks)
     return None
+
+
+def _who(ranks: tuple[int, ...]) -> str:
+    """"rank 3" or "ranks 0-7, 9": ``_rank_list`` with its noun."""
+    return f"rank{'s' if len(ranks) > 1 else ''} {_rank_list(ranks)}"
 
 
 def _rank_list(ranks: tuple[int, ...]) -> str:

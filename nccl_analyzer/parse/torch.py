@@ -432,6 +432,10 @@ class _Body(Transformer):
     def cuda_failure_plain(self, c):
         return "torch.cuda.error", {"cuda_error": str(c[1])[1:-1], "src_location": str(c[0]), "form": "cuda_check"}
 
+    def cuda_failure_tests(self, c):
+        return "torch.cuda.error", {"cuda_error": str(c[2])[1:-1], "src_location": str(c[1]), "form": "cuda_check",
+                                    "host": str(c[0])}
+
     def cuda_runtime_error(self, c):
         m = _AT_LOC.search(_text(c[1]))
         text = _text(c[1])[:m.start()] if m else _text(c[1])
@@ -694,6 +698,7 @@ _RE_STARTS: tuple[tuple[re.Pattern, str], ...] = (
     (re.compile(r"\s*what\(\):"), "what"),
     (re.compile(r"/\S+:\d+: .*Assertion"), "device_assert"),
     (re.compile(r"\[\s*\d+\.\d+\] NVRM: Xid \("), "xid"),
+    (re.compile(r"[\w.-]+: Test CUDA failure "), "cuda_error"),  # nccl-tests' CUDACHECK
 )
 
 _AT_LOC = re.compile(r" at (\S+:\d+)$")
@@ -788,8 +793,9 @@ _UPPER = (r"[FEWIVC]\d{4} \d|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):|Traceback \(
           r"First (?:PG|watchdog)|Observed flight|Finished (?:flight|writing NCCLPG)|Flight [Rr]ecorder|"
           r"Stack trace of the failed|Socket Timeout|Failed to recv|Sending process|Signal \d+ \(|Setting OMP_NUM|"
           r"Search for `cuda|Unable to shutdown|UV Store|TCP client|Collective WorkNCCL|Terminating the process|"
-          r"Unknown NCCL error|Last error:|Root Cause \(first|Failures:$|THCudaCheck FAIL|NVRM: Xid \(|" + _EXC)
-_LOWER = r"terminate called|failed \(exitcode|wait timeout after|frame #\d|nccl[A-Z]\w+:|found async|cuda runtime error \(|" + _EXC
+          r"Unknown NCCL error|Last error:|Root Cause \(first|Failures:$|THCudaCheck FAIL|NVRM: Xid \(|"
+          r"[\w.-]+: Test CUDA failure |" + _EXC)
+_LOWER = r"terminate called|[\w.-]+: Test CUDA failure |failed \(exitcode|wait timeout after|frame #\d|nccl[A-Z]\w+:|found async|cuda runtime error \(|" + _EXC
 _PRE_BY_CHAR: dict[str, re.Pattern] = {}
 for _c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ":
     _PRE_BY_CHAR[_c] = re.compile(_UPPER)

@@ -1,14 +1,17 @@
 """Terminal verdict: a compiler-style diagnostic of the root cause (``-v`` adds findings, cascade, ranks)."""
 from __future__ import annotations
 
+import re
 import textwrap
 
 from ..model import Diagnosis, Evidence, Finding
 from . import view
 
 #: Longest quoted log line in the terminal (the HTML report keeps more).
-MAX_QUOTE = 400
+MAX_QUOTE = 220
 MAX_EVIDENCE = 8
+#: Stands for a space that must not break a line (inside a quoted command) while wrapping.
+_NBSP = "\x00"
 
 
 class _Style:
@@ -50,8 +53,9 @@ def render_text(d: Diagnosis, *, verbose: bool = False, color: bool = False) -> 
     n_inputs = len(d.inputs)
     rc = d.root_cause
     if rc is None:
+        seen = view.job_seen(d)
         out.append(f"{st.ok('ok')}: no failure found in {view.plural(n_lines, 'line')} from "
-                   f"{view.plural(n_inputs, 'input')}")
+                   f"{view.plural(n_inputs, 'input')}" + (f" ({seen})" if seen else ""))
     else:
         out.extend(_verdict(d, st))
     for w in view.input_warnings(d):
@@ -81,7 +85,8 @@ def _verdict(d: Diagnosis, st: _Style) -> list[str]:
     if where:
         out.append(f"   {st.gutter('=')} {st.bold('where')}: {where}")
     if evidence:
-        out.extend(_quote(evidence[:MAX_EVIDENCE], st, single, key=0, more=len(evidence) - MAX_EVIDENCE))
+        shown = _distinct(evidence)[:MAX_EVIDENCE]
+        out.extend(_quote(shown, st, single, key=0, more=len(evidence) - len(shown)))
     if rc.explanation:
         out.extend(_field("why", rc.explanation, st))
     fix = rc.fix
@@ -110,9 +115,29 @@ def _verdict(d: Diagnosis, st: _Style) -> list[str]:
     return out
 
 
+#: Lines that say the same thing from another rank (only numbers differ): two are shown, the rest counted.
+_SIMILAR_SHOWN = 2
+
+
+def _distinct(evidence: list[Evidence]) -> list[Evidence]:
+    """The evidence without the third and later copies of one message from other ranks (numbers aside)."""
+    seen: dict[str, int] = {}
+    out = []
+    for e in evidence:
+        body = re.sub(r"^\S+:\d+:\d+ |^\[[^\]]*\]:?\s?", "", e.text.strip())
+        sig = re.sub(r"\d+", "#", body)
+        seen[sig] = seen.get(sig, 0) + 1
+        if seen[sig] <= _SIMILAR_SHOWN:
+            out.append(e)
+    return out
+
+
 def _field(name: str, text: str, st: _Style, width: int = 100) -> list[str]:
     text = view.neutralize(" ".join(text.split()))
+    # a `command` quoted in the text stays on one line, so it can be copied as it is
+    text = re.sub(r"`[^`]{1,80}`", lambda m: m.group(0).replace(" ", _NBSP), text)
     lines = textwrap.wrap(text, width=width - 7 - len(name), break_on_hyphens=False, break_long_words=False) or [""]
+    lines = [ln.replace(_NBSP, " ") for ln in lines]
     out = [f"   {st.gutter('=')} {st.bold(name)}: {lines[0]}"]
     out.extend(f"     {' ' * len(name)}  {rest}" for rest in lines[1:])
     return out
@@ -130,7 +155,8 @@ def _quote(evidence: list[Evidence], st: _Style, single: bool, key: int | None, 
         else:
             out.append(f"{st.gutter(view.neutralize(label).rjust(width))}  {st.gutter('|')} {text}")
     if more > 0:
-        out.append(f"{pad} {st.gutter('|')} {st.dim(f'... {more} more evidence lines (all in --format json or --html)')}")
+        said = f"... {view.plural(more, 'more evidence line')} (all in --format json or --html)"
+        out.append(f"{pad} {st.gutter('|')} {st.dim(said)}")
     out.append(f"{pad} {st.gutter('|')}")
     return out
 

@@ -111,31 +111,50 @@ def cascade_note(d: Diagnosis) -> str | None:
     return f"{plural(sum(len(g['findings']) for g in groups), 'consequence')} of the root cause ({titles})"
 
 
+def job_seen(d: Diagnosis) -> str:
+    """What the log showed of the job, for a verdict without a failure: ``2 ranks on vm, NCCL 2.28.9``."""
+    bits = []
+    ranks = d.job.ranks
+    n = len(ranks) or (d.job.world_size or 0)
+    if n:
+        hosts = sorted({i.host for i in ranks.values() if i.host})
+        on = f" on {hosts[0]}" if len(hosts) == 1 else f" on {len(hosts)} hosts" if hosts else ""
+        bits.append(plural(n, "rank") + on)
+    if d.job.nccl_versions:
+        bits.append("NCCL " + ", ".join(d.job.nccl_versions))
+    if d.job.torch_version:
+        bits.append(f"torch {d.job.torch_version}")
+    return neutralize(", ".join(bits))
+
+
 def where(d: Diagnosis) -> str | None:
-    """``rank 1 on vm, GPU 0 (busId 60)`` for the root cause's ranks (first four), or its hosts."""
+    """``ranks 0-1 on vm, GPU 0 (busId 60)``: the root cause's ranks grouped by host and GPU (first four
+    groups), else its hosts; a host only the evidence lines name is said to have reported it."""
     rc = d.root_cause
     if rc is None:
         return None
-    parts: list[str] = []
-    gpu_shown = False
-    for r in list(rc.ranks)[:4]:
+    groups: dict[tuple[str, str], list[int]] = {}
+    for r in sorted(rc.ranks):
         info = d.job.ranks.get(r)
-        text = f"rank {r}"
-        if info is not None:
-            if info.host:
-                text += f" on {info.host}"
-            gpu = gpu_text(info)
-            if gpu:
-                text += f", {gpu}"
-                gpu_shown = True
+        key = (info.host or "", gpu_text(info)) if info is not None else ("", "")
+        groups.setdefault(key, []).append(r)
+    parts: list[str] = []
+    for (host, gpu), ranks in list(groups.items())[:4]:
+        text = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {rank_ranges(ranks)}"
+        if host:
+            text += f" on {host}"
+        if gpu:
+            text += f", {gpu}"
         parts.append(text)
-    if len(rc.ranks) > 4:
-        parts.append(f"+{len(rc.ranks) - 4} more ranks")
-    shown_hosts = {d.job.ranks[r].host for r in rc.ranks if r in d.job.ranks}
+    left = sum(len(v) for v in list(groups.values())[4:])
+    if left:
+        parts.append(f"+{plural(left, 'more rank')}")
+    shown_hosts = {h for h, _ in groups}
     extra_hosts = [h for h in rc.hosts if h not in shown_hosts]
     if extra_hosts:
-        parts.append("host " + ", ".join(extra_hosts))
-    if rc.gpus and not gpu_shown:
+        said = ", ".join(extra_hosts[:3]) + (f" and {len(extra_hosts) - 3} more" if len(extra_hosts) > 3 else "")
+        parts.append(f"reported on {said}" if parts else f"host {said}")
+    if rc.gpus and not any(gpu for _, gpu in groups):
         parts.append("GPU " + ", ".join(dict.fromkeys(rc.gpus)))
     return neutralize("; ".join(parts)) if parts else None
 
