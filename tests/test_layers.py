@@ -39,7 +39,7 @@ def _imports(path: Path) -> set[str]:
 
 
 PIPELINE = ("model", "errors", "resources", "sources", "classify", "parse", "job", "engine", "diagnose", "analysis",
-            "parallel", "export", "evaluate", "render", "redact")
+            "parallel", "export", "evaluate", "render", "redact", "ranks")
 
 
 def _in(name: str, groups: tuple[str, ...]) -> bool:

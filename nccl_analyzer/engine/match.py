@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..model import Event
+from ..ranks import rank_ranges
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..job import JobBuilder
@@ -425,15 +426,7 @@ def _who(ranks: tuple[int, ...]) -> str:
 
 def _rank_list(ranks: tuple[int, ...]) -> str:
     """"3", "3, 5" or "0-7, 9" for a bound value read by a person."""
-    out: list[str] = []
-    i = 0
-    while i < len(ranks):
-        j = i
-        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
-            j += 1
-        out.append(str(ranks[i]) if i == j else f"{ranks[i]}-{ranks[j]}")
-        i = j + 1
-    return ", ".join(out)
+    return rank_ranges(ranks, ", ")
 
 
 @predicate

@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any, Iterable
 
 from ..model import Diagnosis, Evidence, Finding, RankInfo
+from ..ranks import rank_ranges  # noqa: F401 - re-exported for the renderers
 
 # C0/C1 controls (tab kept) and the bidi/invisible format characters of "Trojan Source" (CVE-2021-42574):
 # a log line must not re-colour a terminal or reorder what a reader sees.
@@ -28,20 +29,6 @@ def clip(s: Any, limit: int) -> str:
         return neutralize(text)
     # cut first: neutralizing a 64 KiB line only to drop most of it is the slow part of huge reports
     return neutralize(text[: max(limit - 1, 0)]) + "\u2026"
-
-
-def rank_ranges(ranks: Iterable[int]) -> str:
-    """``[0, 1, 2, 4, 5]`` -> ``"0-2,4-5"``."""
-    values = sorted(set(int(r) for r in ranks))
-    parts: list[str] = []
-    i = 0
-    while i < len(values):
-        j = i
-        while j + 1 < len(values) and values[j + 1] == values[j] + 1:
-            j += 1
-        parts.append(str(values[i]) if i == j else f"{values[i]}-{values[j]}")
-        i = j + 1
-    return ",".join(parts)
 
 
 def plural(n: int, word: str, many: str | None = None) -> str:
