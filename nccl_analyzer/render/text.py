@@ -199,7 +199,7 @@ def _verbose(d: Diagnosis, st: _Style) -> list[str]:
 
 
 def _finding(f: Finding, st: _Style) -> list[str]:
-    ranks = f"ranks {view.rank_ranges(f.ranks)}" if f.ranks else "ranks ?"
+    ranks = f"ranks {view.rank_ranges(f.ranks)}" if f.ranks else "rank not shown"
     head = (f"  {f.role:<8} {view.neutralize(f.id)}  {view.neutralize(f.title)}  "
             f"({ranks}; rule {view.neutralize(f.rule)}; {view.percent(f.confidence)})")
     out = [st.error(head) if f.role == "root" else head]
