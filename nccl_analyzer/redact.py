@@ -240,16 +240,12 @@ class Redactor:
     # -- internals ------------------------------------------------------------------------------------------
     def _host_pattern(self) -> re.Pattern[str]:
         if self._host_re is None:
-            names = sorted(self._hosts, key=len, reverse=True)
-            self._host_re = re.compile(r"(?<![\w.-])(?:" + "|".join(re.escape(n) for n in names) + r")(?![\w-])",
-                                       re.I)
+            self._host_re = _whole_words(self._hosts)
         return self._host_re
 
     def _user_pattern(self) -> re.Pattern[str]:
         if self._user_re is None:
-            names = sorted(self._users, key=len, reverse=True)
-            self._user_re = re.compile(r"(?<![\w.-])(?:" + "|".join(re.escape(n) for n in names) + r")(?![\w-])",
-                                       re.I)
+            self._user_re = _whole_words(self._users)
         return self._user_re
 
     def _host_sub(self, m: re.Match[str]) -> str:
@@ -341,3 +337,9 @@ def redact_diagnosis(d: Diagnosis, redactor: Redactor | None = None) -> Diagnosi
     r.learn_value(excerpts)
     out = r.value(d)
     return dataclasses.replace(out, redacted=True)
+
+
+def _whole_words(names: Any) -> re.Pattern[str]:
+    """Any of ``names`` as a whole word (longest first; a '-' or '.' next to it makes it part of a longer name)."""
+    ordered = sorted(names, key=len, reverse=True)
+    return re.compile(r"(?<![\w.-])(?:" + "|".join(re.escape(n) for n in ordered) + r")(?![\w-])", re.I)

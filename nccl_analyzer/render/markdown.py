@@ -23,6 +23,13 @@ def md_text(s: object) -> str:
     return _MD_PUNCT.sub(r"\\\1", text)
 
 
+def _md_value(label: str, value: str, d: Diagnosis) -> str:
+    """A job fact for Markdown: each NCCL version its own code span, a count as plain text."""
+    if label == "NCCL":
+        return ", ".join(md_code(v) for v in d.job.nccl_versions)
+    return value if label == "world size" else md_code(value)
+
+
 def md_code(s: object, table: bool = False) -> str:
     """An inline code span that holds ``s`` literally (backtick runs and table pipes handled)."""
     text = " ".join(view.neutralize(s).split())
@@ -183,17 +190,7 @@ def _details(d: Diagnosis) -> list[str]:
         if len(d.job.ranks) > MAX_RANKS:
             rows += ["", f"_{len(d.job.ranks) - MAX_RANKS} more ranks left out._"]
         section(f"Ranks ({len(d.job.ranks)})", rows)
-    job = []
-    if d.job.nccl_versions:
-        job.append(f"- NCCL: {', '.join(md_code(v) for v in d.job.nccl_versions)}")
-    if d.job.torch_version:
-        job.append(f"- torch: {md_code(d.job.torch_version)}")
-    if d.job.cuda_driver:
-        job.append(f"- CUDA driver: {md_code(d.job.cuda_driver)}")
-    if d.job.world_size is not None:
-        job.append(f"- world size: {d.job.world_size}")
-    if d.job.backend:
-        job.append(f"- backend: {md_code(d.job.backend)}")
+    job = [f"- {label}: {_md_value(label, value, d)}" for label, value in view.job_facts(d.job, backend=True)]
     env = sorted(d.job.env.items())
     if env:
         job += ["", md_fence([f"{k}={v}" for k, v in env[:MAX_ENV]], "sh")]

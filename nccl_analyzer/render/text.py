@@ -180,16 +180,7 @@ def _verbose(d: Diagnosis, st: _Style) -> list[str]:
         out.append("")
         out.append(st.bold(f"ranks ({len(d.job.ranks)}):"))
         out.extend(_rank_table(d))
-    versions = ", ".join(d.job.nccl_versions)
-    facts = []
-    if versions:
-        facts.append(f"NCCL {versions}")
-    if d.job.torch_version:
-        facts.append(f"torch {d.job.torch_version}")
-    if d.job.cuda_driver:
-        facts.append(f"CUDA driver {d.job.cuda_driver}")
-    if d.job.world_size is not None:
-        facts.append(f"world size {d.job.world_size}")
+    facts = [f"{label} {value}" for label, value in view.job_facts(d.job)]
     if facts:
         out.append("")
         out.append(f"{st.bold('job')}: {view.neutralize(', '.join(facts))}")

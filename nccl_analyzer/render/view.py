@@ -324,3 +324,19 @@ def timeline_lanes(d: Diagnosis, max_lanes: int = 64, max_points: int = 40, widt
             p["pos"] = width * ((p["x"] - lo) / span if span > 0 else 0.5)
     span_s = (max(p["x"] for p in all_pts) - min(p["x"] for p in all_pts)) if all_pts and axis == "time" else None
     return {"axis": axis, "lanes": lanes, "lanes_left": lanes_left, "points_left": points_left, "span": span_s}
+
+
+def job_facts(job: Any, backend: bool = False) -> list[tuple[str, str]]:
+    """(label, value) pairs of what the job model knows about the job, in display order (shared by renderers)."""
+    facts: list[tuple[str, str]] = []
+    if job.nccl_versions:
+        facts.append(("NCCL", ", ".join(job.nccl_versions)))
+    if job.torch_version:
+        facts.append(("torch", str(job.torch_version)))
+    if job.cuda_driver:
+        facts.append(("CUDA driver", str(job.cuda_driver)))
+    if job.world_size is not None:
+        facts.append(("world size", str(job.world_size)))
+    if backend and job.backend:
+        facts.append(("backend", str(job.backend)))
+    return facts
