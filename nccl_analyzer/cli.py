@@ -303,5 +303,115 @@ def launch_cmd(log_dir: str | None, fmt: str, html_path: str | None, no_debug_en
     sys.exit(status)
 
 
+def _check_writable(*paths: str | None) -> None:
+    """Fail before any work if an output file cannot be created (exit 2, one line)."""
+    import os
+
+    for p in paths:
+        if p and p != "-":
+            parent = Path(p).resolve().parent
+            if Path(p).is_dir() or not parent.is_dir() or not os.access(parent, os.W_OK) or \
+                    (Path(p).exists() and not os.access(p, os.W_OK)):
+                raise AnalyzerError(f"cannot write {p}: not a writable file path")
+
+
+def _write_out(payload: str | bytes, output: str | None) -> None:
+    if output:
+        if isinstance(payload, bytes):
+            Path(output).write_bytes(payload)
+        else:
+            Path(output).write_text(payload, encoding="utf-8")
+    elif isinstance(payload, bytes):
+        sys.stdout.buffer.write(payload)
+        sys.stdout.flush()
+    else:
+        sys.stdout.write(payload)
+        sys.stdout.flush()
+
+
+@main.command("diff")
+@click.argument("good", metavar="GOOD")
+@click.argument("bad", metavar="BAD")
+@click.option("--format", "fmt", type=click.Choice(("text", "json", "markdown")), default="text", show_default=True)
+@click.option("-o", "--output", help="Write the comparison here instead of stdout.")
+@click.option("--html", "html_path", help="Also write a self-contained HTML page of the differences.")
+@click.option("-v", "--verbose", is_flag=True, help="Show the minor differences too (hosts, GPU bus ids).")
+@rules_option
+def diff_cmd(good: str, bad: str, fmt: str, output: str | None, html_path: str | None, verbose: bool,
+             rules: tuple[str, ...]) -> None:
+    """Compare a run that worked (GOOD) with one that failed (BAD): what changed, most suspicious first.
+
+    Each side is a log file, a per-rank log folder, a glob or a .gz. Exit 0: no difference of note;
+    1: differences of note; 2: bad input.
+    """
+    from .across.diff import diff_runs
+    from .render import across
+
+    try:
+        _check_writable(output, html_path)
+        d = diff_runs(good, bad, rules_dirs=_rules_dirs(rules))
+        text = {"text": lambda: across.diff_text(d, verbose=verbose), "json": lambda: across.diff_json(d),
+                "markdown": lambda: across.diff_markdown(d)}[fmt]()
+        if html_path:
+            Path(html_path).write_text(across.diff_html(d), encoding="utf-8")
+        _write_out(text, output)
+    except AnalyzerError as exc:
+        _fail(exc)
+    except BrokenPipeError:
+        _quiet_broken_pipe()
+    sys.exit(int(ExitCode.FAILURE_FOUND if d.of_note else ExitCode.CLEAN))
+
+
+@main.command("fleet")
+@click.argument("inputs", nargs=-1, required=True, metavar="JOBS...")
+@click.option("--format", "fmt", type=click.Choice(("text", "csv", "json", "parquet")), default="text",
+              show_default=True)
+@click.option("-o", "--output", help="Write the table here instead of stdout (parquet needs -o).")
+@click.option("--html", "html_path", help="Also write a self-contained HTML fleet report with plots.")
+@click.option("--engine", type=click.Choice(("local", "dask")), default="local", show_default=True,
+              help="local: a process pool here; dask: a Dask cluster (local, or --scheduler).")
+@click.option("--scheduler", metavar="tcp://HOST:PORT", help="With --engine dask: an existing Dask scheduler.")
+@click.option("--workers", type=click.IntRange(min=1), help="Processes (local) or local Dask workers.")
+@click.option("--each-file", is_flag=True, help="Each file of a flat folder is its own job.")
+@rules_option
+def fleet_cmd(inputs: tuple[str, ...], fmt: str, output: str | None, html_path: str | None, engine: str,
+              scheduler: str | None, workers: int | None, each_file: bool, rules: tuple[str, ...]) -> None:
+    """Triage many jobs: one row per job (cause, culprit ranks, hosts, GPUs, ...) and what recurs.
+
+    JOBS are folders of jobs (each sub-folder one job), job folders, log files, globs, or @LIST files.
+    Exit 0: every job analyzed; 2: bad input (a job that cannot be read is a row with its error).
+    """
+    from .across.fleet import run_fleet
+    from .render import across
+
+    try:
+        if fmt == "parquet" and not output:
+            raise AnalyzerError("--format parquet writes binary: give -o FILE.parquet")
+        if scheduler and engine != "dask":
+            raise AnalyzerError("--scheduler goes with --engine dask")
+        _check_writable(output, html_path)
+        progress = None
+        if sys.stderr.isatty():
+            def progress(done: int, total: int) -> None:
+                click.echo(f"\rnccl-analyze: {done}/{total} jobs", err=True, nl=done == total)
+        res = run_fleet(list(inputs), engine=engine, scheduler=scheduler, workers=workers,
+                        rules_dirs=_rules_dirs(rules), each_file=each_file, progress=progress)
+        if fmt == "parquet":
+            try:
+                payload: str | bytes = across.fleet_parquet(res)
+            except ImportError:
+                raise AnalyzerError("--format parquet needs pyarrow: pip install 'nccl-analyzer[fleet]'") from None
+        else:
+            payload = {"text": across.fleet_text, "csv": across.fleet_csv, "json": across.fleet_json}[fmt](res)
+        if html_path:
+            Path(html_path).write_text(across.fleet_html(res), encoding="utf-8")
+        _write_out(payload, output)
+    except AnalyzerError as exc:
+        _fail(exc)
+    except BrokenPipeError:
+        _quiet_broken_pipe()
+    sys.exit(int(ExitCode.CLEAN))
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()
