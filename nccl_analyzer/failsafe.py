@@ -60,7 +60,8 @@ class ErrorLedger:
         self.errors: list[_Err] = []
         self.seen = 0
         self.progress: dict[str, int] = {}  # path -> last line of a progress event
-        self.fatal = False
+        self.fatal = False  # torchrun reports a worker that exited with a status > 0 (or unknown)
+        self.torchrun = False  # torchrun reports any failed worker
 
     def add(self, ev: Event) -> None:
         kind = ev.kind
@@ -69,7 +70,15 @@ class ErrorLedger:
                 self.progress[ev.path] = ev.line
             return
         if kind in self.t.caught_not_with:
-            self.fatal = True
+            # An exception that escapes ends Python with status 1; a worker killed by a signal (exitcode < 0)
+            # did not die of a Python exception, so it does not make an earlier traceback uncaught.
+            self.torchrun = True
+            code = ev.fields.get("exitcode")
+            try:
+                if code is None or int(code) >= 0:
+                    self.fatal = True
+            except (TypeError, ValueError):
+                self.fatal = True
         found = self.t.event(kind, ev.get)
         if found is None:
             return
@@ -129,8 +138,10 @@ class ErrorLedger:
             for e in reversed(errs):
                 if e.parent is not None:
                     continue
+                # With torchrun's report of the failed workers, their exit statuses decide (only signal deaths:
+                # no worker died of an exception); without it, nothing may fail after the exception.
                 if (e.settled is None and e.kind in self.t.caught_kinds and e.meaning.id in self.t.caught_ids
-                        and not blocking and not self.fatal):
+                        and not self.fatal and (self.torchrun or not blocking)):
                     after = last - e.end - err_lines
                     if after >= self.t.caught_min_lines:
                         e.settled = (f"a caught exception: the rank went on ({after} more lines of output, no later "
