@@ -160,9 +160,8 @@ class Analyzer:
             return self._finished
         self.flush()
         job = self.builder.build()
-        hits = self.matcher.hits(self.builder)
-        self.ledger.settle(self._lines)
-        hits = failsafe.drop_settled(hits, self.ledger)  # caught exceptions and succeeded retries are no failure
+        self.ledger.settle(self._lines)  # caught exceptions and retries that later succeeded are no failure
+        hits = self.matcher.hits(self.builder, skip=self.ledger.skip())
         verdict = diagnose(hits, self.builder)
         root, dismissed, error_lines = failsafe.account(self.ledger, verdict)
         inputs, warnings = self._inputs()

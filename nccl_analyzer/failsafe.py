@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from .messages import Meaning, Tables, load_tables
 from .model import Dismissed, Event, Evidence, Fix, RootCause
 
 if TYPE_CHECKING:  # pragma: no cover
     from .diagnose import Verdict
-    from .engine.run import Hit
 
 #: Error lines kept for the bookkeeping (a huge log with more only counts the rest).
 CAP = 5000
@@ -133,41 +132,47 @@ class ErrorLedger:
                     e.settled = ("a retry that later succeeded: the same input shows the job getting further "
                                  f"(line {self.progress[path]})")
             last = last_lines.get(path, 0)
-            blocking = False
+            blocking = False  # a later error line that is not an application exception
+            later_keys: set[str] = set()  # later application exceptions (the same one again: another rank's)
             err_lines = 0
             for e in reversed(errs):
                 if e.parent is not None:
                     continue
+                app = e.kind in self.t.caught_kinds and e.meaning.id in self.t.caught_ids
                 # With torchrun's report of the failed workers, their exit statuses decide (only signal deaths:
-                # no worker died of an exception); without it, nothing may fail after the exception.
-                if (e.settled is None and e.kind in self.t.caught_kinds and e.meaning.id in self.t.caught_ids
-                        and not self.fatal and (self.torchrun or not blocking)):
+                # no worker died of an exception); without it, nothing but other application exceptions (which
+                # show the process went on) may follow.
+                if e.settled is None and app and not self.fatal and e.key not in later_keys \
+                        and (self.torchrun or not blocking):
                     after = last - e.end - err_lines
                     if after >= self.t.caught_min_lines:
                         e.settled = (f"a caught exception: the rank went on ({after} more lines of output, no later "
-                                     "error)")
+                                     "error)" if not later_keys else
+                                     f"a caught exception: the rank went on ({after} more lines of output)")
                 if e.settled is None:
-                    blocking = True
+                    if app:
+                        later_keys.add(e.key)
+                    else:
+                        blocking = True
                 err_lines += e.end - e.line + 1
             for e in errs:
                 if e.parent is not None and e.parent.settled and e.parent.settled.startswith("a caught"):
                     e.settled = e.parent.settled
 
-    def spans(self) -> list[tuple[str, int, int]]:
-        """The lines (path, first, last) that were settled as a retry or a caught exception."""
-        return [(e.path, e.line, e.end) for e in self.errors if e.settled and not e.settled.startswith("harmless")]
+    def skip(self) -> "Callable[[Event], bool] | None":
+        """For ``Matcher.hits(skip=...)``: events inside a caught exception or a retry that later succeeded are
+        no failure, so no rule may match them (None when there are none)."""
+        spans: dict[str, list[tuple[int, int]]] = {}
+        for e in self.errors:
+            if e.settled and not e.settled.startswith("harmless"):
+                spans.setdefault(e.path, []).append((e.line, e.end))
+        if not spans:
+            return None
 
+        def settled(ev: Event) -> bool:
+            return any(a <= ev.line <= b for a, b in spans.get(ev.path, ()))
 
-def drop_settled(hits: list["Hit"], ledger: ErrorLedger) -> list["Hit"]:
-    """Rule hits whose evidence lies entirely in caught exceptions / succeeded retries are no failure."""
-    spans = ledger.spans()
-    if not spans:
-        return hits
-
-    def covered(ev: Evidence) -> bool:
-        return any(p == ev.path and a <= ev.line <= b for p, a, b in spans)
-
-    return [h for h in hits if not h.evidence or not all(covered(e) for e in h.evidence)]
+        return settled
 
 
 def _evidence(e: _Err) -> Evidence:
