@@ -42,6 +42,7 @@ class _Err:
     meaning: Meaning
     key: str
     body: str
+    exc_type: str = ""
     settled: str | None = None  # the dismissal reason once decided
     parent: "_Err | None" = None
 
@@ -58,15 +59,19 @@ class ErrorLedger:
         self.cap = cap
         self.errors: list[_Err] = []
         self.seen = 0
-        self.progress: dict[str, int] = {}  # path -> last line of a progress event
+        # (path, rank) -> last line of a progress event of that rank; (path, None) -> of a process group created
+        # (torch.pg.init, the same process's next step after connecting to the store)
+        self.progress: dict[tuple[str, int | None], int] = {}
         self.fatal = False  # torchrun reports a worker that exited with a status > 0 (or unknown)
         self.torchrun = False  # torchrun reports any failed worker
 
     def add(self, ev: Event) -> None:
         kind = ev.kind
         if kind in self.t.progress_kinds:
-            if ev.line > self.progress.get(ev.path, 0):
-                self.progress[ev.path] = ev.line
+            for k in ((ev.path, ev.rank),) + (((ev.path, None),) if kind == "torch.pg.init" else ()):
+                if k[1] is not None or kind == "torch.pg.init":
+                    if ev.line > self.progress.get(k, 0):
+                        self.progress[k] = ev.line
             return
         if kind in self.t.caught_not_with:
             # An exception that escapes ends Python with status 1; a worker killed by a signal (exitcode < 0)
@@ -88,7 +93,8 @@ class ErrorLedger:
         meaning = self._refine(entry, meaning, ev)
         body = _body(ev)
         self.errors.append(_Err(self.seen, ev.path, ev.line, ev.end_line or ev.line, kind, ev.text, ev.rank, meaning,
-                                f"{meaning.entry}|{_NUM.sub('#', body)[:300]}", body[:500]))
+                                f"{meaning.entry}|{_NUM.sub('#', body)[:300]}", body[:500],
+                                str(ev.fields.get("exc_type") or "")))
 
     def _refine(self, entry: Any, meaning: Meaning, ev: Event) -> Meaning:
         if entry.subtable == "nccl":
@@ -128,9 +134,10 @@ class ErrorLedger:
             for e in errs:
                 if e.meaning.harmless is not None:
                     e.settled = f"harmless: {e.meaning.harmless} ({e.meaning.entry})"
-                elif e.meaning.retry and self.progress.get(path, 0) > e.end:
-                    e.settled = ("a retry that later succeeded: the same input shows the job getting further "
-                                 f"(line {self.progress[path]})")
+                elif e.meaning.retry and self.progress.get((path, e.rank), 0) > e.end:
+                    # the same rank got further (rank unknown: a process group was created after it)
+                    e.settled = ("a retry that later succeeded: the same input shows the rank getting further "
+                                 f"(line {self.progress[(path, e.rank)]})")
             last = last_lines.get(path, 0)
             blocking = False  # a later error line that is not an application exception
             later_keys: set[str] = set()  # later application exceptions (the same one again: another rank's)
@@ -142,8 +149,9 @@ class ErrorLedger:
                 # With torchrun's report of the failed workers, their exit statuses decide (only signal deaths:
                 # no worker died of an exception); without it, nothing but other application exceptions (which
                 # show the process went on) may follow.
+                usual = self.t.caught_exc_type is None or bool(self.t.caught_exc_type.search(e.exc_type))
                 if e.settled is None and app and not self.fatal and e.key not in later_keys \
-                        and (self.torchrun or not blocking):
+                        and (self.torchrun or (not blocking and usual)):
                     after = last - e.end - err_lines
                     if after >= self.t.caught_min_lines:
                         e.settled = (f"a caught exception: the rank went on ({after} more lines of output, no later "

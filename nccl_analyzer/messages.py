@@ -72,6 +72,7 @@ class Tables:
     caught_not_with: frozenset[str] = frozenset()
     caught_kinds: frozenset[str] = frozenset({"python.traceback"})
     caught_ids: frozenset[str] = frozenset({"app_exception"})
+    caught_exc_type: re.Pattern[str] | None = None
 
     # -- lookups ---------------------------------------------------------------------------------------------
     def nccl_warn(self, file: str | None, msg: str) -> Meaning | None:
@@ -235,7 +236,8 @@ def build_tables(files: Iterable[Path]) -> Tables:
                   caught_min_lines=int(caught.get("min_lines_after", 3)),
                   caught_not_with=frozenset(caught.get("not_with", ())),
                   caught_kinds=frozenset(caught.get("kinds", ("python.traceback",))),
-                  caught_ids=frozenset(caught.get("ids", ("app_exception",))))
+                  caught_ids=frozenset(caught.get("ids", ("app_exception",))),
+                  caught_exc_type=_compile(caught["exc_type"], "[caught] exc_type") if "exc_type" in caught else None)
 
 
 @lru_cache(maxsize=8)
