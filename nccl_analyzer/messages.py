@@ -65,7 +65,7 @@ class Tables:
     events: tuple[_Entry, ...]
     text: tuple[_Entry, ...]
     formats: tuple[_Entry, ...]  # events.toml [[format]] entries (catalogue coverage only)
-    text_keywords: re.Pattern[str]
+    text_keywords: tuple[str, ...]
     text_regex: tuple[tuple[_Entry, re.Pattern[str]], ...]
     progress_kinds: frozenset[str]
     caught_min_lines: int = 3
@@ -119,7 +119,10 @@ class Tables:
 
     def match_text(self, text: str) -> tuple[_Entry, re.Match[str]] | None:
         """Which text.toml entry a line no grammar parsed is (None for most lines: keyword prefilter first)."""
-        if not self.text_keywords.search(text):
+        for k in self.text_keywords:  # substring tests: ~50 ns each, a regex alternation costs ~20 us a line
+            if k in text:
+                break
+        else:
             return None
         for e, rx in self.text_regex:
             m = rx.search(text)
@@ -226,11 +229,13 @@ def build_tables(files: Iterable[Path]) -> Tables:
         for i, raw in enumerate(data.get("format", []), 1):
             raw = {"name": f"format-{f.stem}-{i}", **raw}
             formats.append(_entry(raw, "format", f"{f} [[format]] #{i}", seen))
-        if "keywords" in data:
-            keywords.append(str(data["keywords"]))
+        kws = data.get("keywords", [])
+        if not isinstance(kws, list) or not all(isinstance(k, str) and k for k in kws):
+            raise RuleError(f"{f}: keywords must be a list of non-empty strings")
+        keywords.extend(kws)
         progress |= set((data.get("progress") or {}).get("kinds", ()))
         caught.update(data.get("caught") or {})
-    kw = _compile("|".join(f"(?:{k})" for k in keywords) or r"(?!)", "text keywords")
+    kw = tuple(dict.fromkeys(keywords))
     return Tables(nccl=tuple(nccl), events=tuple(events), text=tuple(text), formats=tuple(formats), text_keywords=kw,
                   text_regex=tuple((e, e.msg) for e in text if e.msg is not None), progress_kinds=frozenset(progress),
                   caught_min_lines=int(caught.get("min_lines_after", 3)),
