@@ -154,9 +154,13 @@ class ErrorLedger:
                         and (self.torchrun or (not blocking and usual)):
                     after = last - e.end - err_lines
                     if after >= self.t.caught_min_lines:
-                        e.settled = (f"a caught exception: the rank went on ({after} more lines of output, no later "
-                                     "error)" if not later_keys else
-                                     f"a caught exception: the rank went on ({after} more lines of output)")
+                        if self.torchrun:
+                            why = "torchrun's failed workers all died by a signal, none of an exception"
+                        elif later_keys:
+                            why = "a later, different exception shows the process went on"
+                        else:
+                            why = "no error follows"
+                        e.settled = f"a caught exception: {after} more lines of output follow and {why}"
                 if e.settled is None:
                     if app:
                         later_keys.add(e.key)
