@@ -43,6 +43,7 @@ class _Err:
     key: str
     body: str
     exc_type: str = ""
+    host: str | None = None
     settled: str | None = None  # the dismissal reason once decided
     parent: "_Err | None" = None
 
@@ -94,7 +95,7 @@ class ErrorLedger:
         body = _body(ev)
         self.errors.append(_Err(self.seen, ev.path, ev.line, ev.end_line or ev.line, kind, ev.text, ev.rank, meaning,
                                 f"{meaning.entry}|{_NUM.sub('#', body)[:300]}", body[:500],
-                                str(ev.fields.get("exc_type") or "")))
+                                str(ev.fields.get("exc_type") or ""), ev.host))
 
     def _refine(self, entry: Any, meaning: Meaning, ev: Event) -> Meaning:
         if entry.subtable == "nccl":
@@ -268,6 +269,7 @@ def _infer(loose: list[_Err]) -> tuple[RootCause, set[int]]:
     if best not in same:
         same = [best, *same[: QUOTE_CAP - 1]]
     ranks = tuple(sorted({e.rank for e in same if e.rank is not None}))
+    hosts = tuple(sorted({e.host for e in same if e.host}))
     conf = INFERRED_CONFIDENCE_VAGUE if tid in _VAGUE else INFERRED_CONFIDENCE
     note = f" ({best.meaning.note})" if best.meaning.note else ""
     explanation = (f"No rule recognised this failure, but the log has an error line that nothing explains. The "
@@ -276,7 +278,7 @@ def _infer(loose: list[_Err]) -> tuple[RootCause, set[int]]:
     fix = Fix(summary="No specific fix: the cause is inferred from an unrecognised error line. Read the quoted line; "
                       "rerun with NCCL_DEBUG=INFO (and TORCH_DISTRIBUTED_DEBUG=DETAIL) for more context.")
     root = RootCause(id=tid, title=f"Inferred from an unrecognised error line: {_clip(_body_text(best))}",
-                     confidence=conf, ranks=ranks, hosts=(), evidence=tuple(_evidence(e) for e in same),
+                     confidence=conf, ranks=ranks, hosts=hosts, evidence=tuple(_evidence(e) for e in same),
                      explanation=explanation, fix=fix, rule=f"failsafe:{best.meaning.entry}")
     return root, {e.seq for e in same}
 
