@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from . import parallel
+from . import failsafe, parallel
 from .classify import EventStream
 from .diagnose import diagnose, pick_root
 from .engine.loader import Rule, load_rules
@@ -42,6 +42,7 @@ class Analyzer:
         self._prov: RootCause | None = None
         self._prov_dirty = True
         self._finished: Diagnosis | None = None
+        self.ledger = failsafe.ErrorLedger()  # every error-level line, accounted for in finish()
         self._extra = {"text": 0, "compacted": 0, "parser_errors": 0}  # counts from worker processes (run_parallel)
 
     # -- input ----------------------------------------------------------------------------------------------
@@ -64,6 +65,7 @@ class Analyzer:
         """Fold an already-parsed event (e.g. from an events export) into the job model and matcher."""
         self.builder.add(ev)
         self.matcher.add(ev)
+        self.ledger.add(ev)
         self._prov_dirty = True
         if len(self._sample) < SAMPLE_CAP and not ev.kind.startswith(_QUIET_KINDS):
             self._sample.append(ev)
@@ -158,8 +160,10 @@ class Analyzer:
             return self._finished
         self.flush()
         job = self.builder.build()
-        hits = self.matcher.hits(self.builder)
+        self.ledger.settle(self._lines)  # caught exceptions and retries that later succeeded are no failure
+        hits = self.matcher.hits(self.builder, skip=self.ledger.skip())
         verdict = diagnose(hits, self.builder)
+        root, dismissed, error_lines = failsafe.account(self.ledger, verdict)
         inputs, warnings = self._inputs()
         stats = {
             "lines": sum(i.lines for i in inputs),
@@ -172,6 +176,7 @@ class Analyzer:
                                                                 for s in self._streams.values()),
             "rules": len(self.rules),
             "rule_hits": len(hits),
+            "error_lines": error_lines,
         }
         sample = sorted(self._sample, key=lambda e: (e.path, e.line))
         timeline = []
@@ -179,9 +184,9 @@ class Analyzer:
             for entry in info.timeline:
                 timeline.append({"rank": r, **entry})
         timeline.sort(key=lambda e: (time_key(e.get("time")) or 0.0, str(e.get("path")), int(e.get("line") or 0)))
-        self._finished = Diagnosis(inputs=inputs, root_cause=verdict.root, findings=verdict.findings, job=job,
+        self._finished = Diagnosis(inputs=inputs, root_cause=root, findings=verdict.findings, job=job,
                                    cascade=verdict.cascade, stats=stats, warnings=warnings, events_sample=sample,
-                                   timeline=timeline[:TIMELINE_CAP])
+                                   timeline=timeline[:TIMELINE_CAP], dismissed=dismissed)
         return self._finished
 
     def _inputs(self) -> tuple[list[InputInfo], list[str]]:

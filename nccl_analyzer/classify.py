@@ -4,6 +4,7 @@ from __future__ import annotations
 import heapq
 
 from .model import Event, Line
+from .parse.errtext import ErrorTextParser
 from .parse.nccl import NcclParser
 from .parse.torch import TorchParser
 
@@ -23,11 +24,12 @@ class EventStream:
             events (see ``NcclParser``).
     """
 
-    __slots__ = ("_nccl", "_torch", "keep_text", "counts", "_held", "_seq")
+    __slots__ = ("_nccl", "_torch", "_errtext", "keep_text", "counts", "_held", "_seq")
 
     def __init__(self, keep_text: bool = False, compact: bool = False):
         self._nccl = NcclParser(compact=compact)
         self._torch = TorchParser()
+        self._errtext = ErrorTextParser()  # error lines no grammar owns (crash reports, launchers): messages/text.toml
         self.keep_text = keep_text
         self.counts = {"text": 0}
         self._held: list[tuple[int, int, Event]] = []
@@ -37,6 +39,8 @@ class EventStream:
         events = self._nccl.feed(line)
         if events is None:
             events = self._torch.feed(line)
+            if events is None:
+                events = self._errtext.feed(line)
             if events is None:
                 self.counts["text"] += 1
                 if not self.keep_text:

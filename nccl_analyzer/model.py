@@ -108,6 +108,20 @@ class Evidence:
 
 
 @dataclass(frozen=True, slots=True)
+class Dismissed:
+    """Error-level line(s) that are no evidence of the failure, and why (CONTRACT.md ``dismissed``)."""
+
+    evidence: tuple[Evidence, ...]
+    reason: str
+    count: int = 1  # lines with this reason and message (``evidence`` quotes the first few)
+    id: str | None = None  # what the message table says the line means (None: harmless)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"evidence": [e.to_dict() for e in self.evidence], "reason": self.reason, "count": self.count,
+                "id": self.id}
+
+
+@dataclass(frozen=True, slots=True)
 class Fix:
     summary: str
     env: dict[str, str] = field(default_factory=dict)
@@ -292,6 +306,7 @@ class Diagnosis:
     warnings: list[str] = field(default_factory=list)
     events_sample: list[Event] = field(default_factory=list)  # capped; for the HTML events table
     timeline: list[dict[str, Any]] = field(default_factory=list)
+    dismissed: list[Dismissed] = field(default_factory=list)  # error lines that are not evidence (failsafe.py)
     # Set by redact.redact_diagnosis(); neither is part of to_dict() (CONTRACT.md stays as it is).
     redacted: bool = False  # hostnames, IPs, user names, e-mails replaced; renderers must not re-read inputs
     excerpts: dict[tuple[str, int], list[tuple[int, str]]] | None = None  # (path, line) -> [(lineno, raw)]
@@ -306,4 +321,5 @@ class Diagnosis:
             "job": self.job.to_dict(),
             "stats": self.stats,
             "warnings": list(self.warnings),
+            "dismissed": [x.to_dict() for x in self.dismissed],
         }

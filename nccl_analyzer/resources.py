@@ -8,7 +8,7 @@ from pathlib import Path
 
 @lru_cache(maxsize=None)
 def data_root() -> Path:
-    """Folder holding ``grammars/``, ``rules/`` and ``reports/``.
+    """Folder holding ``grammars/``, ``rules/``, ``reports/`` and ``messages/``.
 
     In an installed wheel they are shipped as ``nccl_analyzer/_data/`` (hatchling force-include); in a
     source checkout they sit at the repository's top level, next to the package.
@@ -34,6 +34,11 @@ def rules_dir() -> Path:
 
 def reports_dir() -> Path:
     return data_root() / "reports"
+
+
+def messages_dir() -> Path:
+    """The message classification tables (``messages/*.toml``: what each NCCL WARN / torch / error line means)."""
+    return data_root() / "messages"
 
 
 def parser_cache(name: str) -> str | bool:

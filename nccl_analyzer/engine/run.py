@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..model import Event, Evidence, Finding, Fix
 from .match import PREDICATES, PredContext, Selector, event_lines
@@ -212,15 +212,20 @@ class Matcher:
                     self.dirty = True
 
     # -- evaluation ------------------------------------------------------------------------------------------------
-    def hits(self, builder: "JobBuilder", roles: tuple[str, ...] | None = None) -> list[Hit]:
-        """Every (rule, group) that matches given everything fed so far."""
+    def hits(self, builder: "JobBuilder", roles: tuple[str, ...] | None = None,
+             skip: Callable[[Event], bool] | None = None) -> list[Hit]:
+        """Every (rule, group) that matches given everything fed so far.
+
+        ``skip``: events that do not count as matches of an ``all``/``any`` selector (the fail-safe's caught
+        exceptions and retries that later succeeded); ``none`` selectors still see them.
+        """
         from ..job import time_key
 
         out: list[Hit] = []
         for st in self._states:
             if roles is not None and st.rule.role not in roles:
                 continue
-            out.extend(self._rule_hits(st, builder, time_key))
+            out.extend(self._rule_hits(st, builder, time_key, skip))
         self.dirty = False
         return out
 
@@ -238,13 +243,17 @@ class Matcher:
             host = builder.job.ranks[r].host
         return host or ev.path
 
-    def _rule_hits(self, st: _RuleState, builder: "JobBuilder", time_key: Any) -> list[Hit]:
+    def _rule_hits(self, st: _RuleState, builder: "JobBuilder", time_key: Any,
+                   skip: Callable[[Event], bool] | None = None) -> list[Hit]:
         rule = st.rule
         m = rule.match
         groups: dict[Any, dict[int, list[tuple[int, Event, dict[str, Any]]]]] = {}
         for si, sl in enumerate(st.slots):
+            skipping = skip is not None and sl.part != "none"
             for lst in sl.by_key.values():
                 for item in lst:
+                    if skipping and skip(item[1]):
+                        continue
                     g = self._group_of(rule, item[1], builder)
                     groups.setdefault(g, {}).setdefault(si, []).append(item)
         if not groups and m.predicates and not m.all and not m.any:

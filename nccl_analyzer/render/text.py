@@ -67,6 +67,10 @@ def render_text(d: Diagnosis, *, verbose: bool = False, color: bool = False) -> 
     elif rc is None and d.findings:
         out.append(st.dim(f"note: {view.plural(len(d.findings), 'finding')} below the failure threshold "
                           "(-v for details)"))
+    if not verbose and rc is None and d.dismissed:
+        n = sum(x.count for x in d.dismissed)
+        out.append(st.dim(f"note: {view.plural(n, 'error-looking line')} dismissed as harmless or handled "
+                          "(-v for the reasons)"))
     return "\n".join(out) + "\n"
 
 
@@ -176,6 +180,9 @@ def _verbose(d: Diagnosis, st: _Style) -> list[str]:
             who = f"ranks {view.rank_ranges(g['ranks'])}" if g["ranks"] else "(ranks unknown)"
             hosts = f" on {', '.join(view.neutralize(h) for h in g['hosts'])}" if g["hosts"] else ""
             out.append(f"  {who}{hosts}: {view.neutralize(g['title'])} [{view.neutralize(g['id'])}]")
+    if d.dismissed:
+        out.append("")
+        out.extend(_dismissed(d, st))
     if d.job.ranks:
         out.append("")
         out.append(st.bold(f"ranks ({len(d.job.ranks)}):"))
@@ -186,6 +193,20 @@ def _verbose(d: Diagnosis, st: _Style) -> list[str]:
         out.append(f"{st.bold('job')}: {view.neutralize(', '.join(facts))}")
     out.append(f"{st.bold('inputs')}: " + ", ".join(f"{view.neutralize(i.path)} ({view.plural(i.lines, 'line')})"
                                                    for i in d.inputs))
+    return out
+
+
+def _dismissed(d: Diagnosis, st: _Style, cap: int = 12) -> list[str]:
+    """Error-level lines that are no evidence of the failure, with the reason (failsafe.py)."""
+    total = sum(x.count for x in d.dismissed)
+    out = [st.bold(f"dismissed ({view.plural(total, 'error line')}):")]
+    for x in d.dismissed[:cap]:
+        first = x.evidence[0]
+        more = f" (+{x.count - 1} like it)" if x.count > 1 else ""
+        out.append(f"  {st.gutter(view.neutralize(view.evidence_loc(first)))} {view.clip(first.text, 160)}{more}")
+        out.append(f"      {st.dim('why: ' + view.neutralize(x.reason))}")
+    if len(d.dismissed) > cap:
+        out.append(f"  {st.dim(f'... {len(d.dismissed) - cap} more (see --format json)')}")
     return out
 
 

@@ -1,0 +1,287 @@
+"""The fail-safe: every error-level line is evidence of a finding or ``dismissed`` with a reason; a log with an
+unaccounted error line never gets "no failure" (it gets a low-confidence root cause inferred from that line).
+
+What a line means comes from the message tables (``messages/*.toml``, ``messages.py``); this module only keeps
+the ledger (bounded: at most ``CAP`` lines are kept, the rest counted) and does the bookkeeping at the end.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from .messages import Meaning, Tables, load_tables
+from .model import Dismissed, Event, Evidence, Fix, RootCause
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .diagnose import Verdict
+
+#: Error lines kept for the bookkeeping (a huge log with more only counts the rest).
+CAP = 5000
+#: Dismissal groups listed in the output (the rest are counted in ``stats.error_lines``).
+LIST_CAP = 50
+#: Lines quoted per dismissal group.
+QUOTE_CAP = 5
+#: Confidence of a root cause inferred from one unrecognised line (a specific id / ``other``-like ids).
+INFERRED_CONFIDENCE = 0.4
+INFERRED_CONFIDENCE_VAGUE = 0.3
+_VAGUE = frozenset({"other", "peer_exit", "watchdog_timeout"})
+_NUM = re.compile(r"0x[0-9a-fA-F]+|\d+")
+_PY = ("python.traceback", "python.exception")
+
+
+@dataclass(slots=True)
+class _Err:
+    seq: int
+    path: str
+    line: int
+    end: int
+    kind: str
+    text: str
+    rank: int | None
+    meaning: Meaning
+    key: str
+    body: str
+    exc_type: str = ""
+    host: str | None = None
+    settled: str | None = None  # the dismissal reason once decided
+    parent: "_Err | None" = None
+
+
+def _body(ev: Event) -> str:
+    return str(ev.fields.get("msg") or ev.fields.get("message") or ev.text)
+
+
+class ErrorLedger:
+    """Collects the error-level events of an analysis (``add`` every event) and accounts for them at the end."""
+
+    def __init__(self, tables: Tables | None = None, cap: int = CAP):
+        self.t = tables or load_tables()
+        self.cap = cap
+        self.errors: list[_Err] = []
+        self.seen = 0
+        # (path, rank) -> last line of a progress event of that rank; (path, None) -> of a process group created
+        # (torch.pg.init, the same process's next step after connecting to the store)
+        self.progress: dict[tuple[str, int | None], int] = {}
+        self.fatal = False  # torchrun reports a worker that exited with a status > 0 (or unknown)
+        self.torchrun = False  # torchrun reports any failed worker
+
+    def add(self, ev: Event) -> None:
+        kind = ev.kind
+        if kind in self.t.progress_kinds:
+            for k in ((ev.path, ev.rank),) + (((ev.path, None),) if kind == "torch.pg.init" else ()):
+                if k[1] is not None or kind == "torch.pg.init":
+                    if ev.line > self.progress.get(k, 0):
+                        self.progress[k] = ev.line
+            return
+        if kind in self.t.caught_not_with:
+            # An exception that escapes ends Python with status 1; a worker killed by a signal (exitcode < 0)
+            # did not die of a Python exception, so it does not make an earlier traceback uncaught.
+            self.torchrun = True
+            code = ev.fields.get("exitcode")
+            try:
+                if code is None or int(code) >= 0:
+                    self.fatal = True
+            except (TypeError, ValueError):
+                self.fatal = True
+        found = self.t.event(kind, ev.get)
+        if found is None:
+            return
+        self.seen += 1
+        if len(self.errors) >= self.cap:
+            return
+        entry, meaning = found
+        meaning = self._refine(entry, meaning, ev)
+        body = _body(ev)
+        self.errors.append(_Err(self.seen, ev.path, ev.line, ev.end_line or ev.line, kind, ev.text, ev.rank, meaning,
+                                f"{meaning.entry}|{_NUM.sub('#', body)[:300]}", body[:500],
+                                str(ev.fields.get("exc_type") or ""), ev.host))
+
+    def _refine(self, entry: Any, meaning: Meaning, ev: Event) -> Meaning:
+        if entry.subtable == "nccl":
+            m = self.t.nccl_warn(ev.fields.get("file"), str(ev.fields.get("msg") or ""))
+            return m or Meaning("other", None, "nccl:(no entry)", "no entry of messages/nccl.toml matches this WARN")
+        if entry.subtable == "text":
+            m = self.t.text_line(str(ev.fields.get("family")))
+            if m is None:
+                return Meaning("other", None, "text:(no entry)")
+            text_entry = next(e for e in self.t.text if e.name == ev.fields.get("family"))
+            if text_entry.via:
+                sub = self.t.message(str(ev.fields.get(text_entry.via) or ""))
+                if sub is not None and sub.id is not None:
+                    return Meaning(sub.id, None, f"{m.entry}+{sub.entry}", m.note, m.retry)
+            return m
+        if entry.via:
+            sub = self.t.message(str(ev.fields.get(entry.via) or ""))
+            if sub is not None and sub.id is not None:
+                return Meaning(sub.id, None, f"{meaning.entry}+{sub.entry}", meaning.note, meaning.retry)
+        return meaning
+
+    # -- the end ------------------------------------------------------------------------------------------
+    def settle(self, last_lines: dict[str, int]) -> None:
+        """Decide which lines need no explanation: harmless per the table, retries that later succeeded, caught
+        exceptions after which the rank went on (in that order; see events.toml ``[caught]``)."""
+        by_path: dict[str, list[_Err]] = {}
+        for e in self.errors:
+            by_path.setdefault(e.path, []).append(e)
+        for path, errs in by_path.items():
+            errs.sort(key=lambda e: (e.line, e.seq))
+            spans = [e for e in errs if e.kind in _PY and e.end > e.line]
+            for e in errs:
+                for p in spans:
+                    if p is not e and p.line <= e.line <= p.end and e.kind not in _PY:
+                        e.parent = p
+                        break
+            for e in errs:
+                if e.meaning.harmless is not None:
+                    e.settled = f"harmless: {e.meaning.harmless} ({e.meaning.entry})"
+                elif e.meaning.retry and self.progress.get((path, e.rank), 0) > e.end:
+                    # the same rank got further (rank unknown: a process group was created after it)
+                    e.settled = ("a retry that later succeeded: the same input shows the rank getting further "
+                                 f"(line {self.progress[(path, e.rank)]})")
+            last = last_lines.get(path, 0)
+            blocking = False  # a later error line that is not an application exception
+            later_keys: set[str] = set()  # later application exceptions (the same one again: another rank's)
+            err_lines = 0
+            for e in reversed(errs):
+                if e.parent is not None:
+                    continue
+                app = e.kind in self.t.caught_kinds and e.meaning.id in self.t.caught_ids
+                # With torchrun's report of the failed workers, their exit statuses decide (only signal deaths:
+                # no worker died of an exception); without it, nothing but other application exceptions (which
+                # show the process went on) may follow.
+                usual = self.t.caught_exc_type is None or bool(self.t.caught_exc_type.search(e.exc_type))
+                if e.settled is None and app and not self.fatal and e.key not in later_keys \
+                        and (self.torchrun or (not blocking and usual)):
+                    after = last - e.end - err_lines
+                    if after >= self.t.caught_min_lines:
+                        if self.torchrun:
+                            why = "torchrun's failed workers all died by a signal, none of an exception"
+                        elif later_keys:
+                            why = "a later, different exception shows the process went on"
+                        else:
+                            why = "no error follows"
+                        e.settled = f"a caught exception: {after} more lines of output follow and {why}"
+                if e.settled is None:
+                    if app:
+                        later_keys.add(e.key)
+                    else:
+                        blocking = True
+                err_lines += e.end - e.line + 1
+            for e in errs:
+                if e.parent is not None and e.parent.settled and e.parent.settled.startswith("a caught"):
+                    e.settled = e.parent.settled
+
+    def skip(self) -> "Callable[[Event], bool] | None":
+        """For ``Matcher.hits(skip=...)``: events inside a caught exception or a retry that later succeeded are
+        no failure, so no rule may match them (None when there are none)."""
+        spans: dict[str, list[tuple[int, int]]] = {}
+        for e in self.errors:
+            if e.settled and not e.settled.startswith("harmless"):
+                spans.setdefault(e.path, []).append((e.line, e.end))
+        if not spans:
+            return None
+
+        def settled(ev: Event) -> bool:
+            return any(a <= ev.line <= b for a, b in spans.get(ev.path, ()))
+
+        return settled
+
+
+def _evidence(e: _Err) -> Evidence:
+    return Evidence(e.path, e.line, e.text)
+
+
+def _clip(text: str, n: int = 110) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def account(ledger: ErrorLedger, verdict: "Verdict") -> tuple[RootCause | None, list[Dismissed], dict[str, int]]:
+    """Match every kept error line to the findings' evidence; the rest is dismissed or, with no root cause,
+    becomes one (inferred, low confidence). Returns (root cause, dismissed groups, counts for ``stats``)."""
+    cited: set[tuple[str, int]] = set()
+    lines_by_path: dict[str, list[int]] = {}
+    findings = list(verdict.findings)
+    for f in findings:
+        for ev in f.evidence:
+            cited.add((ev.path, ev.line))
+            lines_by_path.setdefault(ev.path, []).append(ev.line)
+    if verdict.root is not None:
+        for ev in verdict.root.evidence:
+            cited.add((ev.path, ev.line))
+            lines_by_path.setdefault(ev.path, []).append(ev.line)
+    cited_keys: set[str] = set()
+    loose: list[_Err] = []
+    errs = sorted(ledger.errors, key=lambda e: e.seq)
+    for e in errs:
+        if e.settled is None and _is_cited(e, cited, lines_by_path):
+            cited_keys.add(e.key)
+    evidence_n = 0
+    for e in errs:
+        if e.settled is not None:
+            continue
+        if e.key in cited_keys or _is_cited(e, cited, lines_by_path):
+            evidence_n += 1
+        else:
+            loose.append(e)
+    root = verdict.root
+    used: set[int] = set()
+    if root is None and loose:
+        root, used = _infer(loose)
+        evidence_n += len(used)
+    groups: dict[tuple[str, str], list[_Err]] = {}
+    for e in errs:
+        if e.seq in used:
+            continue
+        reason = e.settled
+        if reason is None:
+            if e.key in cited_keys or _is_cited(e, cited, lines_by_path):
+                continue
+            cause = f"{root.id} ({root.rule or 'inferred'})" if root is not None else "none"
+            reason = (f"not cited by a finding: the table reads it as {e.meaning.id} ({e.meaning.entry}); the root "
+                      f"cause, {cause}, rests on other lines")
+        groups.setdefault((reason, e.key), []).append(e)
+    out = []
+    for (reason, _), members in sorted(groups.items(), key=lambda kv: (kv[1][0].path, kv[1][0].line, kv[0][0])):
+        first = members[0]
+        out.append(Dismissed(tuple(_evidence(m) for m in members[:QUOTE_CAP]), reason, len(members),
+                             first.meaning.id if first.meaning.harmless is None else None))
+    counts = {"seen": ledger.seen, "kept": len(ledger.errors), "evidence": evidence_n,
+              "dismissed": sum(d.count for d in out), "dismissed_groups": len(out), "listed": min(len(out), LIST_CAP)}
+    return root, out[:LIST_CAP], counts
+
+
+def _is_cited(e: _Err, cited: set[tuple[str, int]], lines_by_path: dict[str, list[int]]) -> bool:
+    if (e.path, e.line) in cited:
+        return True
+    if e.end > e.line:
+        return any(e.line <= n <= e.end for n in lines_by_path.get(e.path, ()))
+    return False
+
+
+def _infer(loose: list[_Err]) -> tuple[RootCause, set[int]]:
+    """A root cause from unaccounted error lines: the first line with a specific meaning (else the first line),
+    with the other lines of the same meaning as further evidence."""
+    best = next((e for e in loose if e.meaning.id not in _VAGUE), loose[0])
+    tid = best.meaning.id or "other"
+    same = [e for e in loose if e.meaning.id == tid][:QUOTE_CAP]
+    if best not in same:
+        same = [best, *same[: QUOTE_CAP - 1]]
+    ranks = tuple(sorted({e.rank for e in same if e.rank is not None}))
+    hosts = tuple(sorted({e.host for e in same if e.host}))
+    conf = INFERRED_CONFIDENCE_VAGUE if tid in _VAGUE else INFERRED_CONFIDENCE
+    note = f" ({best.meaning.note})" if best.meaning.note else ""
+    explanation = (f"No rule recognised this failure, but the log has an error line that nothing explains. The "
+                   f"message table entry {best.meaning.entry} classifies it as {tid}{note}. This verdict rests on "
+                   f"that line alone: read it (and the lines around it) before acting on it.")
+    fix = Fix(summary="No specific fix: the cause is inferred from an unrecognised error line. Read the quoted line; "
+                      "rerun with NCCL_DEBUG=INFO (and TORCH_DISTRIBUTED_DEBUG=DETAIL) for more context.")
+    root = RootCause(id=tid, title=f"Inferred from an unrecognised error line: {_clip(_body_text(best))}",
+                     confidence=conf, ranks=ranks, hosts=hosts, evidence=tuple(_evidence(e) for e in same),
+                     explanation=explanation, fix=fix, rule=f"failsafe:{best.meaning.entry}")
+    return root, {e.seq for e in same}
+
+
+def _body_text(e: _Err) -> str:
+    return e.body.strip() or e.text.strip()

@@ -1,0 +1,251 @@
+"""The message classification tables (messages/*.toml): what an NCCL WARN, a torch event or an error text line means.
+
+Three tables, all data (see the header of each file): ``nccl.toml`` (WARN source file + text -> taxonomy id or
+harmless), ``events.toml`` (which parsed event kinds are error-level lines and their meaning), ``text.toml``
+(error lines no grammar parses: crash reports, launchers, other NCCL bindings). Code here only loads, validates
+and looks up; it knows no message.
+"""
+from __future__ import annotations
+
+import fnmatch
+import re
+import tomllib
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable
+
+from .errors import RuleError
+from .resources import messages_dir
+
+#: The ids of TAXONOMY.md a table may name.
+TAXONOMY = frozenset({
+    "socket_interface", "port_conflict", "rendezvous_unreachable", "p2p_ipc", "shm", "ib_rdma", "network_connect",
+    "watchdog_timeout", "collective_mismatch", "peer_exit", "app_exception", "host_oom", "cuda_oom", "cuda_error",
+    "version_mismatch", "duplicate_gpu", "invalid_usage", "gpu_visibility", "nvls_multicast", "other",
+})
+
+
+@dataclass(frozen=True, slots=True)
+class Meaning:
+    """What a table says about one line: a taxonomy ``id`` or ``harmless`` (the reason), and which entry said it."""
+
+    id: str | None
+    harmless: str | None
+    entry: str  # "<table>:<name>"
+    note: str = ""
+    retry: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    name: str
+    table: str
+    id: str | None
+    harmless: str | None
+    note: str
+    files: tuple[str, ...]
+    msg: re.Pattern[str] | None
+    kinds: tuple[str, ...] = ()
+    where: tuple[tuple[str, re.Pattern[str]], ...] = ()
+    via: str | None = None
+    subtable: str | None = None
+    retry: bool = False
+    formats: tuple[str, ...] = ()
+
+    def meaning(self) -> Meaning:
+        return Meaning(self.id, self.harmless, f"{self.table}:{self.name}", self.note, self.retry)
+
+
+@dataclass(frozen=True, slots=True)
+class Tables:
+    """The loaded tables (one per process; ``load_tables`` caches them)."""
+
+    nccl: tuple[_Entry, ...]
+    events: tuple[_Entry, ...]
+    text: tuple[_Entry, ...]
+    formats: tuple[_Entry, ...]  # events.toml [[format]] entries (catalogue coverage only)
+    text_keywords: tuple[str, ...]
+    text_regex: tuple[tuple[_Entry, re.Pattern[str]], ...]
+    progress_kinds: frozenset[str]
+    caught_min_lines: int = 3
+    caught_not_with: frozenset[str] = frozenset()
+    caught_kinds: frozenset[str] = frozenset({"python.traceback"})
+    caught_ids: frozenset[str] = frozenset({"app_exception"})
+    caught_exc_type: re.Pattern[str] | None = None
+
+    # -- lookups ---------------------------------------------------------------------------------------------
+    def nccl_warn(self, file: str | None, msg: str) -> Meaning | None:
+        """The first ``nccl.toml`` entry matching a WARN's source file (as printed) and text, or None."""
+        path = _norm_path(file) if file else None
+        for e in self.nccl:
+            if e.files and (path is None or not _file_match(path, e.files)):
+                continue
+            if e.msg is not None and not e.msg.search(msg):
+                continue
+            return e.meaning()
+        return None
+
+    def message(self, text: str) -> Meaning | None:
+        """A free text (an exception message, ``Last error:`` line, error string): the first entry of nccl.toml
+        that decides by text alone (no ``file``), or None."""
+        if not text:
+            return None
+        for e in self.nccl:
+            if not e.files and e.msg is not None and e.msg.search(text):
+                return e.meaning()
+        return None
+
+    def text_line(self, family: str) -> Meaning | None:
+        for e in self.text:
+            if e.name == family:
+                return e.meaning()
+        return None
+
+    def event(self, kind: str, get: Any) -> tuple[_Entry, Meaning] | None:
+        """The ``events.toml`` entry for an event (``get(field)`` reads its fields), or None if it is no error line."""
+        for e in self.events:
+            if not any(fnmatch.fnmatchcase(kind, k) for k in e.kinds):
+                continue
+            ok = True
+            for name, rx in e.where:
+                value = get(name)
+                if value is None or not rx.search(str(value)):
+                    ok = False
+                    break
+            if ok:
+                return e, e.meaning()
+        return None
+
+    def match_text(self, text: str) -> tuple[_Entry, re.Match[str]] | None:
+        """Which text.toml entry a line no grammar parsed is (None for most lines: keyword prefilter first)."""
+        for k in self.text_keywords:  # substring tests: ~50 ns each, a regex alternation costs ~20 us a line
+            if k in text:
+                break
+        else:
+            return None
+        for e, rx in self.text_regex:
+            m = rx.search(text)
+            if m:
+                return e, m
+        return None
+
+
+def _norm_path(path: str) -> str:
+    path = path.replace("\\", "/")
+    return path[4:] if path.startswith("src/") else path
+
+
+def _file_match(path: str, globs: tuple[str, ...]) -> bool:
+    tails = [path]
+    i = path.find("/")
+    while i >= 0:
+        tails.append(path[i + 1:])
+        i = path.find("/", i + 1)
+    return any(fnmatch.fnmatchcase(t, g) for g in globs for t in tails)
+
+
+def _compile(rx: Any, where: str) -> re.Pattern[str]:
+    if not isinstance(rx, str):
+        raise RuleError(f"{where}: a regex must be a string")
+    try:
+        return re.compile(rx)
+    except re.error as exc:
+        raise RuleError(f"{where}: bad regex: {exc}") from None
+
+
+def _entry(raw: dict[str, Any], table: str, where: str, seen: set[str]) -> _Entry:
+    name = raw.get("name")
+    if not isinstance(name, str) or not name:
+        raise RuleError(f"{where}: every entry needs a name")
+    if (table, name) in seen:
+        raise RuleError(f"{where}: duplicate name {name!r}")
+    seen.add((table, name))
+    tid, harmless, sub = raw.get("id"), raw.get("harmless"), raw.get("table")
+    if sum(x is not None for x in (tid, harmless, sub)) != 1:
+        raise RuleError(f"{where} ({name}): give exactly one of id, harmless, table")
+    if tid is not None and tid not in TAXONOMY:
+        raise RuleError(f"{where} ({name}): unknown taxonomy id {tid!r}")
+    if harmless is not None and (not isinstance(harmless, str) or not harmless.strip()):
+        raise RuleError(f"{where} ({name}): harmless needs the reason")
+    files = raw.get("file", ())
+    files = (files,) if isinstance(files, str) else tuple(files)
+    msg = raw.get("msg") if table == "nccl" else raw.get("regex")
+    kinds = raw.get("kind", ())
+    kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
+    whr = tuple((k, _compile(v, f"{where} ({name}) where.{k}")) for k, v in (raw.get("where") or {}).items())
+    if table == "events" and not kinds:
+        raise RuleError(f"{where} ({name}): an [[event]] needs kind")
+    if table == "text" and msg is None:
+        raise RuleError(f"{where} ({name}): a [[line]] needs regex")
+    if table == "nccl" and not files and msg is None:
+        raise RuleError(f"{where} ({name}): a catch-all entry (no file, no msg) is not allowed")
+    return _Entry(name=name, table=table, id=tid, harmless=harmless, note=str(raw.get("note", "")), files=files,
+                  msg=_compile(msg, f"{where} ({name})") if msg is not None else None, kinds=kinds, where=whr,
+                  via=raw.get("via"), subtable=sub, retry=bool(raw.get("retry", False)),
+                  formats=tuple(raw.get("formats", ())))
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise RuleError(f"{path}: {exc}") from None
+
+
+def table_files(dirs: Iterable[str | Path] = ()) -> list[Path]:
+    """The table files: every ``*.toml`` of the user's folders (first) and of the built-in folder, each in name order."""
+    out: list[Path] = []
+    for d in [*dirs, messages_dir()]:
+        p = Path(d)
+        if p.is_dir():
+            out.extend(sorted(f for f in p.glob("*.toml") if not f.name.startswith(".")))
+    return out
+
+
+def build_tables(files: Iterable[Path]) -> Tables:
+    """Load and validate table files (``[[message]]`` -> nccl, ``[[event]]``/``[[format]]``/``[progress]`` -> events,
+    ``[[line]]`` + ``keywords`` -> text).
+
+    Raises:
+        RuleError: a malformed file (path and entry named).
+    """
+    nccl: list[_Entry] = []
+    events: list[_Entry] = []
+    text: list[_Entry] = []
+    formats: list[_Entry] = []
+    keywords: list[str] = []
+    progress: set[str] = set()
+    caught: dict[str, Any] = {}
+    seen: set[str] = set()
+    for f in files:
+        data = _read(f)
+        for i, raw in enumerate(data.get("message", []), 1):
+            nccl.append(_entry(raw, "nccl", f"{f} [[message]] #{i}", seen))
+        for i, raw in enumerate(data.get("event", []), 1):
+            events.append(_entry(raw, "events", f"{f} [[event]] #{i}", seen))
+        for i, raw in enumerate(data.get("line", []), 1):
+            text.append(_entry(raw, "text", f"{f} [[line]] #{i}", seen))
+        for i, raw in enumerate(data.get("format", []), 1):
+            raw = {"name": f"format-{f.stem}-{i}", **raw}
+            formats.append(_entry(raw, "format", f"{f} [[format]] #{i}", seen))
+        kws = data.get("keywords", [])
+        if not isinstance(kws, list) or not all(isinstance(k, str) and k for k in kws):
+            raise RuleError(f"{f}: keywords must be a list of non-empty strings")
+        keywords.extend(kws)
+        progress |= set((data.get("progress") or {}).get("kinds", ()))
+        caught.update(data.get("caught") or {})
+    kw = tuple(dict.fromkeys(keywords))
+    return Tables(nccl=tuple(nccl), events=tuple(events), text=tuple(text), formats=tuple(formats), text_keywords=kw,
+                  text_regex=tuple((e, e.msg) for e in text if e.msg is not None), progress_kinds=frozenset(progress),
+                  caught_min_lines=int(caught.get("min_lines_after", 3)),
+                  caught_not_with=frozenset(caught.get("not_with", ())),
+                  caught_kinds=frozenset(caught.get("kinds", ("python.traceback",))),
+                  caught_ids=frozenset(caught.get("ids", ("app_exception",))),
+                  caught_exc_type=_compile(caught["exc_type"], "[caught] exc_type") if "exc_type" in caught else None)
+
+
+@lru_cache(maxsize=8)
+def load_tables(dirs: tuple[str, ...] = ()) -> Tables:
+    """The built-in tables, after the user's ``dirs`` (cached per process)."""
+    return build_tables(table_files(dirs))

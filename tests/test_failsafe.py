@@ -1,0 +1,244 @@
+"""The fail-safe: no "no failure" for a log with an unaccounted error line; healthy-but-scary logs stay null with
+their scary lines in ``dismissed``."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nccl_analyzer.analysis import analyze, analyze_text
+from nccl_analyzer.engine.loader import load_rules
+from nccl_analyzer.failsafe import LIST_CAP, ErrorLedger
+from nccl_analyzer.messages import load_tables
+from nccl_analyzer.model import Event
+from nccl_analyzer.render.json import render_json
+from nccl_analyzer.render.text import render_text
+
+from jobs.jobkit import ROOT, env, free_port, needs_torch
+from test_classification import REF, instantiate
+
+RULES = load_rules()
+TABLES = load_tables()
+CASES = ROOT / "fixtures" / "cases"
+
+
+def newest_warns() -> list[tuple[str, str]]:
+    """(file under src/, fmt) of every WARN call site of NCCL 2.30.7 (781)."""
+    out = []
+    with open(REF / "nccl_log_formats.jsonl", encoding="utf-8") as fh:
+        for row in map(json.loads, fh):
+            if row["level"] == "WARN":
+                out.append((row["file"].removeprefix("src/"), row["fmt"]))
+    return out
+
+
+def test_every_newest_warn_alone_is_a_failure_or_dismissed():
+    """Each WARN format of NCCL 2.30.7, instantiated behind a real prefix and alone in a log, gets a root cause;
+    only the formats the table calls harmless get none, and then they are listed in ``dismissed``."""
+    warns = newest_warns()
+    assert len(warns) == 781
+    offenders = []
+    harmless = 0
+    for file, fmt in warns:
+        body = instantiate(fmt)
+        d = analyze_text(f"\nhost1:123:456 [0] {file}:42 NCCL WARN {body}\n", rules=RULES)
+        m = TABLES.nccl_warn(file, body)
+        if m.harmless:
+            harmless += 1
+            ok = d.root_cause is None and [x.evidence[0].line for x in d.dismissed] == [2]
+        else:
+            ok = d.root_cause is not None and any(e.line == 2 for e in d.root_cause.evidence)
+        if not ok:
+            offenders.append(f"  {file}: {fmt} -> {d.root_cause and d.root_cause.id}, dismissed={len(d.dismissed)}")
+    assert not offenders, f"{len(offenders)} of {len(warns)} WARN formats not accounted for:\n" + "\n".join(offenders)
+    assert 0 < harmless < 60
+
+
+def test_an_unrecognised_warn_gets_a_low_confidence_root_from_the_table():
+    d = analyze_text("\nnode3:77:78 [2] transport/shm.cc:301 NCCL WARN Multiple starts found in group\n", rules=RULES)
+    rc = d.root_cause
+    assert rc.id == "shm" and rc.confidence <= 0.5
+    assert rc.title.startswith("Inferred from an unrecognised error line: ")
+    assert rc.rule == "failsafe:nccl:shm-transport"
+    assert [(e.line, e.text) for e in rc.evidence] == [(2, "node3:77:78 [2] transport/shm.cc:301 NCCL WARN Multiple "
+                                                          "starts found in group")]
+
+
+CRASHES = [
+    ("[gpu4:3311:0:3311] Caught signal 7 (Bus error: nonexistent physical address)\n==== backtrace (tid:   3311) ====\n"
+     " 0  /usr/lib/x86_64-linux-gnu/libucs.so.0(ucs_handle_error+0x2dc) [0x7f60a0e0c2dc]\n", "shm"),
+    ("Epoch 1 step 30 loss 1.22\nSegmentation fault (core dumped)\n", "other"),
+    ("step 10\n/bin/bash: line 1: 81234 Killed                  python train.py\n", "host_oom"),
+    ("gpu1: Test NCCL failure common.cu:1030 'unhandled cuda error (run with NCCL_DEBUG=INFO for details)'\n"
+     " .. gpu1 pid 1234: Test failure common.cu:951\n", "cuda_error"),
+    ("cupy_backends.cuda.libs.nccl.NcclError: NCCL_ERROR_UNHANDLED_CUDA_ERROR: unhandled cuda error\n", "cuda_error"),
+    ("jaxlib.xla_extension.XlaRuntimeError: INTERNAL: external/xla/xla/service/gpu/nccl_utils.cc:297: NCCL operation "
+     "ncclCommInitRank(&comm, nranks, id, rank) failed: invalid usage\n", "invalid_usage"),
+    ("[node1:01234] *** An error occurred in MPI_Allreduce\n[node1:01234] *** MPI_ERR_TRUNCATE: message truncated\n",
+     "other"),
+    ("terminate called after throwing an instance of 'std::runtime_error'\n  what():  something broke\n", "other"),
+]
+
+
+@pytest.mark.parametrize("log, want", CRASHES, ids=[c[0][:30] for c in CRASHES])
+def test_crash_reports_are_never_no_failure(log, want):
+    d = analyze_text(log, rules=RULES)
+    assert d.root_cause is not None, render_text(d, verbose=True)
+    assert d.root_cause.id == want
+    assert d.root_cause.evidence
+
+
+def _case(name: str):
+    return analyze([str(CASES / name)], rules=RULES, workers=1)
+
+
+SCARY = ["syn_healthy_caught_importerror", "syn_healthy_store_retry_then_ok", "syn_healthy_harmless_warns",
+         "syn_healthy_gradscaler_skips", "public3_nccl766_slow_multinode_libibverbs"]
+
+
+@pytest.mark.parametrize("name", SCARY)
+def test_healthy_but_scary_logs_stay_null_with_their_lines_dismissed(name):
+    label = json.loads((CASES / name / "label.json").read_text(encoding="utf-8"))
+    assert label["root_cause"] is None
+    d = _case(name)
+    assert d.root_cause is None, render_text(d, verbose=True)
+    expected = label.get("expect_dismissed", ["harmless"])
+    for prefix in expected:
+        assert any(x.reason.startswith(prefix) for x in d.dismissed), (prefix, d.dismissed)
+    if not expected:
+        assert d.dismissed == []
+    assert d.stats["error_lines"]["evidence"] == 0
+
+
+def test_every_null_labeled_case_stays_null_and_dismisses_what_it_saw():
+    nulls = [p.parent for p in sorted(ROOT.glob("fixtures/*/*/label.json"))
+             if "blind" not in p.parts and json.loads(p.read_text(encoding="utf-8"))["root_cause"] is None]
+    assert len(nulls) >= 27
+    for case in nulls:
+        d = analyze([str(case)], rules=RULES, workers=1)
+        assert d.root_cause is None, case
+        el = d.stats["error_lines"]
+        assert el["dismissed"] == el["kept"] == el["seen"], (case, el)
+
+
+def test_a_caught_exception_then_a_real_failure_is_not_dismissed():
+    log = ("Traceback (most recent call last):\n  File \"train.py\", line 3, in <module>\n    import apex\n"
+           "ModuleNotFoundError: No module named 'apex'\nstep 1\nstep 2\nstep 3\n"
+           "Traceback (most recent call last):\n  File \"train.py\", line 40, in <module>\n    batch = data[key]\n"
+           "KeyError: 'labels'\n")
+    d = analyze_text(log, rules=RULES)
+    assert d.root_cause is not None and d.root_cause.id == "app_exception"
+    assert "KeyError" in d.root_cause.title
+    assert [e.line for e in d.root_cause.evidence] == [11]
+
+
+def test_an_exception_at_the_end_is_not_caught():
+    log = "step 1\nstep 2\nstep 3\nTraceback (most recent call last):\n  File \"t.py\", line 1, in <module>\nKeyError: 6\n"
+    d = analyze_text(log, rules=RULES)
+    assert d.root_cause.id == "app_exception" and d.dismissed == []
+
+
+def test_store_retries_that_never_succeed_are_the_failure():
+    line = ("[rank1]:[W502 09:20:01.118220412 socket.cpp:755] [c10d] The client socket has failed to connect to "
+            "[node0.cluster]:29500 (errno: 111 - Connection refused).\n")
+    d = analyze_text(line * 3 + "[rank1]: step 1\n[rank1]: step 2\n[rank1]: step 3\n", rules=RULES)
+    assert d.root_cause is not None and d.root_cause.id == "rendezvous_unreachable"
+    assert d.dismissed == []
+
+
+def test_a_root_cause_lists_unrelated_error_lines_as_not_cited():
+    log = ("\nnode1:1:2 [0] misc/ibvwrap.cc:63 NCCL WARN Failed to open libibverbs.so[.1]\n"
+           "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 16.00 GiB. GPU 0 has a total capacity of "
+           "79.10 GiB of which 1.20 GiB is free.\nSegmentation fault (core dumped)\n")
+    d = analyze_text(log, rules=RULES)
+    assert d.root_cause.id == "cuda_oom"
+    reasons = {x.evidence[0].line: x.reason for x in d.dismissed}
+    assert reasons[2].startswith("harmless: no InfiniBand verbs library")
+    assert reasons[4].startswith("not cited by a finding: the table reads it as other (text:segfault)")
+    assert 3 not in reasons
+
+
+def test_repeated_lines_are_grouped_and_the_list_is_bounded():
+    log = "".join(f"\nnode{i}:1{i}:2 [0] misc/ibvwrap.cc:63 NCCL WARN Failed to open libibverbs.so[.1]\n"
+                  for i in range(8))
+    d = analyze_text(log, rules=RULES)
+    assert d.root_cause is None and len(d.dismissed) == 1
+    assert d.dismissed[0].count == 8 and len(d.dismissed[0].evidence) == 5
+    names = [chr(97 + i % 26) + chr(97 + i // 26) for i in range(60)]  # distinct messages (digits do not count)
+    many = "".join(f"\nnode1:1:2 [0] graph/xml.cc:71 NCCL WARN Could not find real path of /sys/class/net/ib{n}\n"
+                   f"node1:1:2 [0] transport/p2p.cc:9 NCCL WARN Max rings reached, limiting to {i}\n"
+                   for i, n in enumerate(names))
+    d = analyze_text(many, rules=RULES)
+    assert d.root_cause is None and len(d.dismissed) == LIST_CAP == d.stats["error_lines"]["listed"]
+    assert d.stats["error_lines"]["dismissed"] == 120
+
+
+def test_the_ledger_keeps_at_most_cap_lines_and_counts_the_rest():
+    ledger = ErrorLedger(cap=10)
+    for i in range(1, 51):
+        ledger.add(Event("nccl.warn.shm", "big.log", i, f"h:1:2 [0] include/shm.h:1 NCCL WARN x {i}",
+                         fields={"file": "include/shm.h", "msg": f"x {i}"}))
+    assert len(ledger.errors) == 10 and ledger.seen == 50
+
+
+def test_json_has_dismissed_and_is_deterministic():
+    log = (CASES / "syn_healthy_harmless_warns" / "log.txt").read_text(encoding="utf-8")
+    a = render_json(analyze_text(log, rules=RULES, name="x.log"))
+    b = render_json(analyze_text(log, rules=RULES, name="x.log"))
+    assert a == b
+    obj = json.loads(a)
+    assert obj["schema"] == "nccl-analyzer/diagnosis/v1" and obj["root_cause"] is None
+    first = obj["dismissed"][0]
+    assert set(first) == {"evidence", "reason", "count", "id"}
+    assert set(first["evidence"][0]) == {"path", "line", "text"}
+    assert [x["evidence"][0]["line"] for x in obj["dismissed"]] == [5, 11]
+
+
+def test_text_shows_dismissed_with_v_and_a_note_without():
+    log = "\nnode1:1:2 [0] misc/ibvwrap.cc:63 NCCL WARN Failed to open libibverbs.so[.1]\n"
+    d = analyze_text(log, rules=RULES, name="x.log")
+    short = render_text(d)
+    assert "1 error-looking line dismissed as harmless or handled (-v for the reasons)" in short
+    long = render_text(d, verbose=True)
+    assert "dismissed (1 error line):" in long and "why: harmless: no InfiniBand verbs library" in long
+
+
+def test_shell_reported_segfault_of_a_real_process():
+    """A real child dies by SIGSEGV; bash reports it; that output alone is a failure."""
+    proc = subprocess.run(["bash", "-c", f"{sys.executable} -c 'import ctypes; ctypes.string_at(0)'; true"],
+                          capture_output=True, text=True, timeout=60)
+    out = proc.stdout + proc.stderr
+    assert "Segmentation fault" in out
+    d = analyze_text(out, rules=RULES)
+    assert d.root_cause is not None and "Segmentation fault" in d.root_cause.evidence[0].text
+
+
+def _torchrun(mode: str, tmp_path: Path) -> Path:
+    log = tmp_path / f"{mode}.log"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
+           str(ROOT / "tests" / "jobs" / "failsafe_job.py"), mode]
+    with open(log, "w") as fh:
+        subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env(), timeout=180, cwd=ROOT)
+    return log
+
+
+@needs_torch
+@pytest.mark.slow
+def test_real_job_with_a_caught_import_error_is_healthy(tmp_path):
+    log = _torchrun("caught", tmp_path)
+    assert "ModuleNotFoundError" in log.read_text()
+    d = analyze([str(log)], rules=RULES, workers=1)
+    assert d.root_cause is None, render_text(d, verbose=True)
+    assert [x.reason.split(":")[0] for x in d.dismissed] == ["a caught exception"]
+
+
+@needs_torch
+@pytest.mark.slow
+def test_real_job_killed_by_sigsegv_after_a_caught_import_error(tmp_path):
+    log = _torchrun("segv", tmp_path)
+    d = analyze([str(log)], rules=RULES, workers=1)
+    assert d.root_cause is not None and d.root_cause.id != "app_exception", render_text(d, verbose=True)
+    assert any(x.reason.startswith("a caught exception") for x in d.dismissed)
