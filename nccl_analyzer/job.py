@@ -105,7 +105,9 @@ class JobBuilder:
         self.ifaces: dict[str, set[str]] = {}  # host -> interfaces NCCL reported using/seeing
         self.lagging: set[int] = set()
         self.stages = StageTracker()
-        self.stage_events: dict[int, Event] = {}  # rank -> the line that shows its last stage (filled by build)
+        # rank -> (stage, the line that shows it, transport), filled by build(); also ranks known only from their own
+        # connection lines (NCCL < 2.18.3 logs no Init START to map a stuck process's pid to its rank)
+        self.rank_stages: dict[int, tuple[Any, Event, str | None]] = {}
 
     # -- identity ------------------------------------------------------------------------------------------
     def rank_of(self, ev: Event) -> int | None:

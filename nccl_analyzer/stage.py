@@ -112,13 +112,26 @@ def stage_of(ev: Event) -> tuple[Stage, str | None] | None:
     return st, None
 
 
+def own_rank(ev: Event) -> int | None:
+    """The rank of the process that printed a ring/tree/connection line: the ``Ring``/``Tree`` line's own rank
+    (event ``rank``), a connection's sender (``p2p.cc``/``shm.cc`` print on the send side; ``[send]``) or, for
+    ``[receive]``, its receiver."""
+    k = ev.kind
+    if k == "nccl.transport":
+        who = ev.fields.get("dst") if ev.fields.get("direction") == "receive" else ev.fields.get("src")
+        return who if isinstance(who, int) else None
+    if k in ("nccl.ring", "nccl.tree") and ev.rank is not None:
+        return ev.rank
+    return None
+
+
 class StageTracker:
     """Feeds on every event; keeps, per process (host, pid) or per rank, the last stage reached and its line."""
 
     __slots__ = ("_procs",)
 
     def __init__(self) -> None:
-        # key -> [stage, event, transport, feed order]
+        # key -> [stage, event, transport, own rank (from the process's own lines, for unmapped pids)]
         self._procs: dict[Any, list[Any]] = {}
 
     def add(self, ev: Event, builder: "JobBuilder") -> None:
@@ -140,7 +153,12 @@ class StageTracker:
         cur = self._procs.get(key)
         if cur is None:
             if len(self._procs) < 65536:
-                self._procs[key] = [st, ev, transport]
+                self._procs[key] = cur = [st, ev, transport, None]
+            else:
+                return
+        if cur[3] is None:
+            cur[3] = own_rank(ev)
+        if cur[1] is ev:
             return
         old_st, old_ev = cur[0], cur[1]
         if old_ev.path == ev.path and ev.line < old_ev.line:
@@ -161,20 +179,25 @@ class StageTracker:
                 torch_seen[key[1]] = cur
                 continue
             hit = builder._pid_rank.get(key) or builder._pid_rank.get((None, key[1]))
-            if hit is None:
+            # NCCL < 2.18.3 logs no Init START: a process stuck in init never maps to a rank by its pid; then the
+            # rank its own ring/tree/connection lines name is the one (``own_rank``).
+            r = hit[0] if hit is not None else cur[3]
+            if r is None:
                 continue
-            have = best.get(hit[0])
+            have = best.get(r)
             if have is None or cur[0] > have[0]:
-                best[hit[0]] = cur
+                best[r] = cur
         for r, cur in torch_seen.items():
             # torch enqueues its first collective before NCCL's (lazy) init of the communicator runs: a watchdog
             # report of SeqNum 1 says nothing about init. It only moves a rank whose NCCL init is complete or absent.
             have = best.get(r)
             if have is None or (have[0] >= Stage.INIT_COMPLETE and cur[0] > have[0]):
-                best[r] = cur if have is None else [cur[0], cur[1], have[2]]
-        for r, (st, ev, transport) in best.items():
-            info = builder._rank(r)
+                best[r] = cur if have is None else [cur[0], cur[1], have[2], r]
+        builder.rank_stages = {r: (cur[0], cur[1], cur[2]) for r, cur in best.items()}
+        for r, (st, ev, transport, _own) in best.items():
+            info = builder.job.ranks.get(r)
+            if info is None:
+                continue  # a rank known only from its own connection lines: the hang predicates see it, the table not
             info.stage = st
             info.stage_loc = Loc(ev.path, ev.line)
             info.stage_transport = transport
-            builder.stage_events[r] = ev

@@ -511,3 +511,4 @@ def env_setting(ctx: PredContext, **args: Any) -> PredResult | None:
 def kind_matches(globs: tuple[str, ...], kind: str) -> bool:
     """fnmatch over several globs (used by tests and rule tooling)."""
     return any(fnmatch.fnmatchcase(kind, g) for g in globs)
+from . import hang as _hang  # noqa: E402,F401  (registers the hang predicates)

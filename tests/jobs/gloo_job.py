@@ -48,6 +48,11 @@ elif mode in ("segv", "sigbus", "abort"):
         load_batch(1)
     time.sleep(1)
     dist.all_reduce(t)
+elif mode == "stall":
+    # Rank 1 stops making progress (no error, no exit); the others wait in all_reduce until someone kills the job.
+    if rank == 1:
+        time.sleep(3600)
+    dist.all_reduce(t)
 elif mode == "ok":
     dist.all_reduce(t)
 print(f"rank {rank}: done", flush=True)

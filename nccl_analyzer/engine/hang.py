@@ -1,0 +1,90 @@
+"""Predicates for hangs with no error line: where the ranks furthest behind stopped (stage.py) and who they are."""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..model import Stage
+from .match import PredContext, PredResult, _rank_list, _who, predicate
+
+#: Exit statuses that are the job being torn down or aborted, not a rank failing by itself: SIGTERM/SIGINT from
+#: torchrun or the user, SIGABRT from torch's watchdog taking the process down after a timeout.
+TEARDOWN_EXITS = frozenset({0, -15, -2, -6})
+#: Event kinds that show a timeout fired (then a rank's non-zero exit is the consequence of the hang).
+TIMEOUT_KINDS = ("torch.watchdog", "torch.work.status", "torch.heartbeat", "torch.store.timeout", "torch.gloo.error")
+
+_STAGE_WORDS = {
+    Stage.BOOTSTRAP: "bootstrap (Init START / bootstrap interface; exchanging addresses with its peers)",
+    Stage.TOPOLOGY: "topology detection / graph search",
+    Stage.CHANNELS: "channel setup (rings/trees computed, no connection yet)",
+    Stage.CONNECT: "connecting channels",
+    Stage.CONNECTED: "after connecting channels",
+    Stage.INIT_COMPLETE: "Init COMPLETE (before any collective)",
+    Stage.COLLECTIVE: "its first collective",
+    Stage.STEADY: "steady state",
+}
+
+
+def _stage_words(st: Stage, transport: str | None) -> str:
+    words = _STAGE_WORDS.get(st, st.label)
+    if transport and st in (Stage.CONNECT, Stage.CONNECTED):
+        words += f" via {transport}"
+    return words
+
+
+def _own_exit(b: Any) -> bool:
+    """Some rank ended by itself (an exit code > 0 or a crash signal): that is a failure, not a hang."""
+    for e in b.exits.values():
+        try:
+            code = int(e.get("exitcode"))
+        except (TypeError, ValueError):
+            continue
+        if code not in TEARDOWN_EXITS:
+            return True
+    return False
+
+
+@predicate
+def stuck_stage(ctx: PredContext, **args: Any) -> PredResult | None:
+    """The ranks furthest behind stopped in one of ``stages`` (a list of ``Stage`` labels).
+
+    Options: ``transport`` (regex on the last connection's transport of those ranks, e.g. ``^P2P/(IPC|CUMEM)``);
+    ``others_done`` (some other rank got to Init COMPLETE or beyond); ``none_beyond`` (a stage label no rank got
+    past, e.g. ``collective``: the whole job stopped there). Fails when a rank ended by itself (exit code > 0 or a
+    crash signal) and no timeout fired: that rank's failure, not a hang, is the story.
+    """
+    b = ctx.builder
+    stages = b.rank_stages
+    if not stages:
+        return None
+    if _own_exit(b) and not any(e.kind.startswith(TIMEOUT_KINDS) for e in ctx.events):
+        return None
+    lo = min(v[0] for v in stages.values())
+    want = {str(s) for s in (args.get("stages") or ())}
+    if lo.label not in want:
+        return None
+    behind = tuple(sorted(r for r, v in stages.items() if v[0] == lo))
+    ahead = tuple(sorted(r for r, v in stages.items() if v[0] >= Stage.INIT_COMPLETE))
+    if args.get("others_done") and not ahead:
+        return None
+    beyond = args.get("none_beyond")
+    if beyond and any(v[0] > Stage[str(beyond).upper()] for v in stages.values()):
+        return None
+    transports = sorted({stages[r][2] for r in behind if stages[r][2]})
+    pat = args.get("transport")
+    if pat:
+        transports = [t for t in transports if re.search(str(pat), t)]
+        if not transports:
+            return None
+    first = stages[behind[0]][1]
+    transport = transports[0] if transports else None
+    bound: dict[str, Any] = {
+        "stuck": _rank_list(behind), "stuck_who": _who(behind), "stage": lo.label,
+        "stage_words": _stage_words(lo, transport), "stage_line": f"{first.path}:{first.line}",
+    }
+    if transport:
+        bound["transport"] = transport
+    if ahead and lo < Stage.INIT_COMPLETE:
+        bound["done_who"] = _who(ahead)
+    evidence = [stages[r][1] for r in behind[:4]]
+    return PredResult(bound=bound, ranks=behind, evidence=evidence)
