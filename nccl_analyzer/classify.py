@@ -4,6 +4,7 @@ from __future__ import annotations
 import heapq
 
 from .model import Event, Line
+from .parse.crash import CrashParser
 from .parse.nccl import NcclParser
 from .parse.torch import TorchParser
 
@@ -23,11 +24,12 @@ class EventStream:
             events (see ``NcclParser``).
     """
 
-    __slots__ = ("_nccl", "_torch", "keep_text", "counts", "_held", "_seq")
+    __slots__ = ("_nccl", "_torch", "_crash", "keep_text", "counts", "_held", "_seq")
 
     def __init__(self, keep_text: bool = False, compact: bool = False):
         self._nccl = NcclParser(compact=compact)
         self._torch = TorchParser()
+        self._crash = CrashParser()
         self.keep_text = keep_text
         self.counts = {"text": 0}
         self._held: list[tuple[int, int, Event]] = []
@@ -38,6 +40,12 @@ class EventStream:
         if events is None:
             events = self._torch.feed(line)
             if events is None:
+                events = self._crash.feed(line)
+            elif self._crash.pending_line is not None:
+                events = self._crash.close() + events  # another parser took the line: the crash report ended
+        elif self._crash.pending_line is not None:
+            events = self._crash.close() + events
+        if events is None:
                 self.counts["text"] += 1
                 if not self.keep_text:
                     return self._release() if self._held else []
@@ -56,6 +64,9 @@ class EventStream:
     def _pending(self) -> int | None:
         a = self._nccl.pending_line
         b = self._torch.pending_line
+        c = self._crash.pending_line
+        if c is not None:
+            return min(x for x in (a, b, c) if x is not None)
         if a is None:
             return b
         if b is None:
@@ -79,7 +90,7 @@ class EventStream:
         return self._torch.errors
 
     def flush(self) -> list[Event]:
-        for ev in self._nccl.flush() + self._torch.flush():
+        for ev in self._nccl.flush() + self._torch.flush() + self._crash.flush():
             self._seq += 1
             heapq.heappush(self._held, (ev.line, self._seq, ev))
         out = [heapq.heappop(self._held)[2] for _ in range(len(self._held))]
