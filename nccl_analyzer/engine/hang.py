@@ -32,15 +32,17 @@ def _stage_words(st: Stage, transport: str | None) -> str:
     return words
 
 
-def _own_exit(b: Any) -> bool:
-    """Some rank ended by itself (an exit code > 0 or a crash signal): that is a failure, not a hang."""
-    for e in b.exits.values():
+def _own_exit(b: Any, events: list[Any]) -> bool:
+    """Some rank ended by itself (an exit code > 0 or a crash signal; torchrun's ChildFailedError entries and its
+    ``failed (exitcode: N) local_rank: R`` lines): that is a failure, not a hang."""
+    codes = [e.get("exitcode") for e in b.exits.values()]
+    codes += [e.get("exitcode") for e in events if e.kind == "torch.elastic.worker_failed"]
+    for code in codes:
         try:
-            code = int(e.get("exitcode"))
+            if int(code) not in TEARDOWN_EXITS:
+                return True
         except (TypeError, ValueError):
             continue
-        if code not in TEARDOWN_EXITS:
-            return True
     return False
 
 
@@ -57,7 +59,7 @@ def stuck_stage(ctx: PredContext, **args: Any) -> PredResult | None:
     stages = b.rank_stages
     if not stages:
         return None
-    if _own_exit(b) and not any(e.kind.startswith(TIMEOUT_KINDS) for e in ctx.events):
+    if _own_exit(b, ctx.events) and not any(e.kind.startswith(TIMEOUT_KINDS) for e in ctx.events):
         return None
     lo = min(v[0] for v in stages.values())
     want = {str(s) for s in (args.get("stages") or ())}
