@@ -228,9 +228,12 @@ def _role_for(h: Hit, best: Hit | None, root_ranks: set[int]) -> str:
         return h.rule.role if h.rule.role != "root" else "symptom"
     if h.rule.id == best.rule.id:
         return "root"
-    if h.rule.taxonomy == best.rule.taxonomy:
-        return "symptom"
     own = set(h.event_ranks or h.ranks)
+    if h.rule.taxonomy == best.rule.taxonomy:
+        # a consequence rule (torchrun's SIGTERM teardown) on ranks other than the culprits stays a consequence
+        if h.rule.role == "cascade" and own and root_ranks and not own & root_ranks:
+            return "cascade"
+        return "symptom"
     if own and root_ranks and own <= root_ranks:
         return "symptom"
     if explains(best, h):
