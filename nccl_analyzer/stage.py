@@ -131,7 +131,8 @@ class StageTracker:
     __slots__ = ("_procs",)
 
     def __init__(self) -> None:
-        # key -> [stage, event, transport, own rank (from the process's own lines, for unmapped pids)]
+        # key -> [stage, event, transport of the last connection, own rank (from the process's own lines, for unmapped
+        # pids), every transport it connected with]
         self._procs: dict[Any, list[Any]] = {}
 
     def add(self, ev: Event, builder: "JobBuilder") -> None:
@@ -153,11 +154,13 @@ class StageTracker:
         cur = self._procs.get(key)
         if cur is None:
             if len(self._procs) < 65536:
-                self._procs[key] = cur = [st, ev, transport, None]
+                self._procs[key] = cur = [st, ev, transport, None, set()]
             else:
                 return
         if cur[3] is None:
             cur[3] = own_rank(ev)
+        if transport and len(cur[4]) < 16:
+            cur[4].add(transport)
         if cur[1] is ev:
             return
         old_st, old_ev = cur[0], cur[1]
@@ -165,10 +168,11 @@ class StageTracker:
             return  # a line held back by the parser (compacted chatter), older than what the process did since
         if ev.kind == "nccl.init.start" and old_st >= Stage.INIT_COMPLETE:
             cur[0], cur[1], cur[2] = Stage.BOOTSTRAP, ev, None  # a new communicator's init
+            cur[4] = set()
         elif st >= old_st or (st in _ALTERNATE and old_st in _ALTERNATE):
             cur[0], cur[1] = st, ev
-            if st in _ALTERNATE:
-                cur[2] = transport or cur[2]  # kept after Init COMPLETE: the transports the collectives use
+            if st is Stage.CONNECT:
+                cur[2] = transport or cur[2]
 
     def apply(self, builder: "JobBuilder") -> None:
         """Write each rank's furthest stage into its ``RankInfo`` (processes mapped to ranks by their pid)."""
@@ -192,9 +196,13 @@ class StageTracker:
             # report of SeqNum 1 says nothing about init. It only moves a rank whose NCCL init is complete or absent.
             have = best.get(r)
             if have is None or (have[0] >= Stage.INIT_COMPLETE and cur[0] > have[0]):
-                best[r] = cur if have is None else [cur[0], cur[1], have[2], r]
-        builder.rank_stages = {r: (cur[0], cur[1], cur[2]) for r, cur in best.items()}
-        for r, (st, ev, transport, _own) in best.items():
+                best[r] = cur if have is None else [cur[0], cur[1], have[2], r, have[4]]
+        # Where a rank still connects, its transport is the one of its last line (the parser always keeps a process's
+        # last chatter line); past that, every transport it used (compaction keeps the first line of each, so this
+        # does not depend on how the input was cut into parallel ranges).
+        builder.rank_stages = {r: (cur[0], cur[1], cur[2] if cur[0] is Stage.CONNECT else
+                                   (", ".join(sorted(cur[4])) or None)) for r, cur in best.items()}
+        for r, (st, ev, transport) in builder.rank_stages.items():
             info = builder.job.ranks.get(r)
             if info is None:
                 continue  # a rank known only from its own connection lines: the hang predicates see it, the table not

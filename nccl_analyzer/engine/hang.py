@@ -72,7 +72,7 @@ def stuck_stage(ctx: PredContext, **args: Any) -> PredResult | None:
     beyond = args.get("none_beyond")
     if beyond and any(v[0] > Stage[str(beyond).upper()] for v in stages.values()):
         return None
-    transports = sorted({stages[r][2] for r in behind if stages[r][2]})
+    transports = sorted({t for r in behind if stages[r][2] for t in stages[r][2].split(", ")})
     pat = args.get("transport")
     if pat:
         transports = [t for t in transports if re.search(str(pat), t)]
