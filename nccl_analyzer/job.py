@@ -108,6 +108,8 @@ class JobBuilder:
         # rank -> (stage, the line that shows it, transport), filled by build(); also ranks known only from their own
         # connection lines (NCCL < 2.18.3 logs no Init START to map a stuck process's pid to its rank)
         self.rank_stages: dict[int, tuple[Any, Event, str | None]] = {}
+        self.proc_stages: list[tuple[int, tuple[Any, Event, str | None]]] = []  # (rank, entry) per NCCL process
+        self.torch_stages: dict[int, tuple[Any, Event, str | None]] = {}  # rank -> entry from torch's work records
 
     # -- identity ------------------------------------------------------------------------------------------
     def rank_of(self, ev: Event) -> int | None:

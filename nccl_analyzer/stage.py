@@ -175,8 +175,9 @@ class StageTracker:
                 cur[2] = transport or cur[2]
 
     def apply(self, builder: "JobBuilder") -> None:
-        """Write each rank's furthest stage into its ``RankInfo`` (processes mapped to ranks by their pid)."""
-        best: dict[int, list[Any]] = {}
+        """Write each rank's furthest stage into its ``RankInfo`` (processes mapped to ranks by their pid); keep every
+        process's own entry in ``builder.proc_stages`` (the hang predicates pick the job's processes from them)."""
+        procs: list[tuple[int, list[Any]]] = []
         torch_seen: dict[int, list[Any]] = {}
         for key, cur in self._procs.items():
             if key[0] == "rank":
@@ -186,22 +187,11 @@ class StageTracker:
             # NCCL < 2.18.3 logs no Init START: a process stuck in init never maps to a rank by its pid; then the
             # rank its own ring/tree/connection lines name is the one (``own_rank``).
             r = hit[0] if hit is not None else cur[3]
-            if r is None:
-                continue
-            have = best.get(r)
-            if have is None or cur[0] > have[0]:
-                best[r] = cur
-        for r, cur in torch_seen.items():
-            # torch enqueues its first collective before NCCL's (lazy) init of the communicator runs: a watchdog
-            # report of SeqNum 1 says nothing about init. It only moves a rank whose NCCL init is complete or absent.
-            have = best.get(r)
-            if have is None or (have[0] >= Stage.INIT_COMPLETE and cur[0] > have[0]):
-                best[r] = cur if have is None else [cur[0], cur[1], have[2], r, have[4]]
-        # Where a rank still connects, its transport is the one of its last line (the parser always keeps a process's
-        # last chatter line); past that, every transport it used (compaction keeps the first line of each, so this
-        # does not depend on how the input was cut into parallel ranges).
-        builder.rank_stages = {r: (cur[0], cur[1], cur[2] if cur[0] is Stage.CONNECT else
-                                   (", ".join(sorted(cur[4])) or None)) for r, cur in best.items()}
+            if r is not None:
+                procs.append((r, cur))
+        builder.proc_stages = [(r, _entry(cur)) for r, cur in procs]
+        builder.torch_stages = {r: _entry(cur) for r, cur in torch_seen.items()}
+        builder.rank_stages = collapse(builder.proc_stages, builder.torch_stages)
         for r, (st, ev, transport) in builder.rank_stages.items():
             info = builder.job.ranks.get(r)
             if info is None:
@@ -209,3 +199,31 @@ class StageTracker:
             info.stage = st
             info.stage_loc = Loc(ev.path, ev.line)
             info.stage_transport = transport
+
+
+StageEntry = tuple[Stage, Event, "str | None"]
+
+
+def _entry(cur: list[Any]) -> StageEntry:
+    # Where a process still connects, its transport is the one of its last line (the parser always keeps a process's
+    # last chatter line); past that, every transport it used (compaction keeps the first line of each, so this does
+    # not depend on how the input was cut into parallel ranges).
+    return cur[0], cur[1], cur[2] if cur[0] is Stage.CONNECT else (", ".join(sorted(cur[4])) or None)
+
+
+def collapse(procs: list[tuple[int, StageEntry]], torch_stages: dict[int, StageEntry]) -> dict[int, StageEntry]:
+    """Per rank, the furthest of its processes' stages; torch's records only move a rank whose NCCL init is complete
+    or absent (torch enqueues its first collective before NCCL's lazy init of the communicator runs: a watchdog
+    report of SeqNum 1 says nothing about init)."""
+    best: dict[int, StageEntry] = {}
+    for r, e in procs:
+        have = best.get(r)
+        if have is None or e[0] > have[0]:
+            best[r] = e
+    for r, e in torch_stages.items():
+        have = best.get(r)
+        if have is None:
+            best[r] = e
+        elif have[0] >= Stage.INIT_COMPLETE and e[0] > have[0]:
+            best[r] = (e[0], e[1], have[2])
+    return best

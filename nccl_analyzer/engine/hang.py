@@ -5,6 +5,7 @@ import re
 from typing import Any
 
 from ..model import Stage
+from ..stage import collapse
 from .match import PredContext, PredResult, _rank_list, _who, predicate
 
 #: Exit statuses that are the job being torn down or aborted, not a rank failing by itself: SIGTERM/SIGINT from
@@ -46,6 +47,23 @@ def _own_exit(b: Any, events: list[Any]) -> bool:
     return False
 
 
+def _job_stages(ctx: PredContext) -> dict[int, tuple[Stage, Any, str | None]]:
+    """The stages of the job's own processes. Where torchrun names its workers' pids (SIGTERM teardown,
+    ChildFailedError, ``failed (exitcode ...) (pid: P)``), only those processes count; else, where torch lines name
+    ranks (``[rank3]:``, watchdog records), only those ranks: NCCL lines of other jobs or other tools in the same
+    output say nothing about this job's hang."""
+    b = ctx.builder
+    pids = {e.pid for e in ctx.events if e.kind.startswith("torch.elastic.") and e.pid is not None}
+    pids |= {int(e["pid"]) for e in b.exits.values() if e.get("pid") is not None}
+    if pids:
+        return collapse([(r, v) for r, v in b.proc_stages if v[1].pid in pids], b.torch_stages)
+    named = {r for r, c in b.collectives.items() if str(c.get("source", "")).startswith("torch.")}
+    named |= {r for r in (b.rank_of(e) for e in ctx.events if e.kind.startswith(("torch.", "python."))) if r is not None}
+    if named:
+        return {r: v for r, v in b.rank_stages.items() if r in named}
+    return b.rank_stages
+
+
 @predicate
 def stuck_stage(ctx: PredContext, **args: Any) -> PredResult | None:
     """The ranks furthest behind stopped in one of ``stages`` (a list of ``Stage`` labels).
@@ -56,7 +74,7 @@ def stuck_stage(ctx: PredContext, **args: Any) -> PredResult | None:
     crash signal) and no timeout fired: that rank's failure, not a hang, is the story.
     """
     b = ctx.builder
-    stages = b.rank_stages
+    stages = _job_stages(ctx)
     if not stages:
         return None
     if _own_exit(b, ctx.events) and not any(e.kind.startswith(TIMEOUT_KINDS) for e in ctx.events):
