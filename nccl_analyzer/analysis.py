@@ -43,6 +43,7 @@ class Analyzer:
         self._prov_dirty = True
         self._finished: Diagnosis | None = None
         self._extra = {"text": 0, "compacted": 0, "parser_errors": 0}  # counts from worker processes (run_parallel)
+        self._parallel = False
 
     # -- input ----------------------------------------------------------------------------------------------
     def add_sources(self, sources: list[Source]) -> None:
@@ -87,6 +88,7 @@ class Analyzer:
         """Parse ``sources`` in worker processes (parallel.py) and fold their events in, in input order."""
         offsets: dict[str, int] = {}
         total = 0
+        self._parallel = True
         for res in parallel.iter_results(parallel.plan_units(sources, workers), workers):
             path = res.path
             base = offsets.get(path, 0)
@@ -134,6 +136,7 @@ class Analyzer:
         if not self.matcher.dirty and self._prov is None:
             self._prov_dirty = False
             return None
+        self._progress()
         self.builder.build()
         hits = self.matcher.hits(self.builder)
         best, _ = pick_root(hits, self.builder)
@@ -147,8 +150,14 @@ class Analyzer:
                                fix=make_fix(best.rule, best.bound), rule=best.rule.id)
         return self._prov
 
+    def _progress(self) -> None:
+        # where the program printed its own output last, per input (the hang rules read it as progress); unknown
+        # (None) for inputs parsed in worker processes
+        self.builder.last_text = None if self._parallel else {p: s.last_text for p, s in self._streams.items()}
+
     def hits(self) -> list[Hit]:
         """All rule hits so far."""
+        self._progress()
         self.builder.build()
         return self.matcher.hits(self.builder)
 
@@ -157,6 +166,7 @@ class Analyzer:
         if self._finished is not None:
             return self._finished
         self.flush()
+        self._progress()
         job = self.builder.build()
         hits = self.matcher.hits(self.builder)
         verdict = diagnose(hits, self.builder)

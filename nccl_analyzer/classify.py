@@ -24,12 +24,13 @@ class EventStream:
             events (see ``NcclParser``).
     """
 
-    __slots__ = ("_nccl", "_torch", "_crash", "keep_text", "counts", "_held", "_seq")
+    __slots__ = ("_nccl", "_torch", "_crash", "keep_text", "counts", "_held", "_seq", "last_text")
 
     def __init__(self, keep_text: bool = False, compact: bool = False):
         self._nccl = NcclParser(compact=compact)
         self._torch = TorchParser()
         self._crash = CrashParser()
+        self.last_text = 0  # line number of the last non-blank line no parser took (program output: progress)
         self.keep_text = keep_text
         self.counts = {"text": 0}
         self._held: list[tuple[int, int, Event]] = []
@@ -47,6 +48,8 @@ class EventStream:
             events = self._crash.close() + events
         if events is None:
                 self.counts["text"] += 1
+                if line.text and not line.text.isspace():
+                    self.last_text = line.lineno
                 if not self.keep_text:
                     return self._release() if self._held else []
                 events = [Event("text", line.path, line.lineno, line.raw, rank=line.rank, time=line.time)]

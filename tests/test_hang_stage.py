@@ -151,3 +151,14 @@ def test_healthy_logs_that_just_end_stay_null(case):
     d = analyze([str(CASES / case)])
     assert d.root_cause is None
     assert not any(f.rule.startswith("hang-") for f in d.findings)
+
+
+def test_training_output_after_init_is_progress_not_a_hang():
+    # the first-collective cut: init complete, then the job is ended. With the program's own output after init
+    # (a training step print, no NCCL COLL lines), the same ending is a running job stopped, not a hang.
+    lines = (CASES / "cut_first_collective_h200_killed" / "log.txt").read_text().splitlines()
+    end = next(i for i, s in enumerate(lines) if "death signal, shutting down workers" in s)
+    d = analyze_text("\n".join(lines) + "\n")
+    assert d.root_cause is not None and d.root_cause.rule == "hang-first-collective"
+    d = analyze_text("\n".join(lines[:end] + ["epoch 0 step 100 loss 2.314"] + lines[end:]) + "\n")
+    assert d.root_cause is None or d.root_cause.rule != "hang-first-collective"

@@ -70,7 +70,8 @@ def stuck_stage(ctx: PredContext, **args: Any) -> PredResult | None:
 
     Options: ``transport`` (regex on the last connection's transport of those ranks, e.g. ``^P2P/(IPC|CUMEM)``);
     ``others_done`` (some other rank got to Init COMPLETE or beyond); ``none_beyond`` (a stage label no rank got
-    past, e.g. ``collective``: the whole job stopped there). Fails when a rank ended by itself (exit code > 0 or a
+    past, e.g. ``collective``: the whole job stopped there); ``quiet_after`` (the program printed nothing of its own
+    after those ranks' stage lines: no training output). Fails when a rank ended by itself (exit code > 0 or a
     crash signal) and no timeout fired: that rank's failure, not a hang, is the story.
     """
     b = ctx.builder
@@ -96,6 +97,16 @@ def stuck_stage(ctx: PredContext, **args: Any) -> PredResult | None:
         transports = [t for t in transports if re.search(str(pat), t)]
         if not transports:
             return None
+    if args.get("quiet_after"):
+        # Program output after the stuck ranks' last stage line (training steps, prints) is progress NCCL's lines
+        # do not show (no COLL subsystem): then the job was running, not hung. Unknown output: no verdict.
+        last = b.last_text
+        if last is None:
+            return None
+        for r in behind:
+            ev = stages[r][1]
+            if last.get(ev.path, 0) > ev.line:
+                return None
     first = stages[behind[0]][1]
     transport = transports[0] if transports else None
     bound: dict[str, Any] = {

@@ -61,6 +61,7 @@ _HANDLER = re.compile(r"ucs_handle_error|ucs_error_signal_handler|ucs_debug|ucs_
                       r"FailureSignalHandler|google::|absl::|^\?\?$|signal_handler|c10::|sigaction")
 _LIB = re.compile(r"/lib/python\d|site-packages/|dist-packages/|<frozen |/ctypes/")
 MAX_FRAMES = 32
+MAX_LINES = 200  # a report longer than this has ended (what looked like its lines is other output)
 
 
 class CrashParser:
@@ -78,7 +79,8 @@ class CrashParser:
     def feed(self, line: Line) -> list[Event] | None:
         text = line.text
         if self._open is not None:
-            if _CONT.match(text) and len(self._open.fields["frames"]) < MAX_FRAMES:
+            if _CONT.match(text) and len(self._open.fields["frames"]) < MAX_FRAMES \
+                    and line.lineno - self._open.line < MAX_LINES:
                 self._frame(text, line)
                 return []
             out = self.close()
