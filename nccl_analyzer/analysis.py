@@ -153,7 +153,7 @@ class Analyzer:
     def _progress(self) -> None:
         # where the program printed its own output last, per input (the hang rules read it as progress); unknown
         # (None) for inputs parsed in worker processes
-        self.builder.last_text = None if self._parallel else {p: s.last_text for p, s in self._streams.items()}
+        self.builder.text_tail = None if self._parallel else {p: list(s.text_tail) for p, s in self._streams.items()}
 
     def hits(self) -> list[Hit]:
         """All rule hits so far."""

@@ -2,11 +2,16 @@
 from __future__ import annotations
 
 import heapq
+from collections import deque
 
 from .model import Event, Line
 from .parse.crash import CrashParser
 from .parse.nccl import NcclParser
 from .parse.torch import TorchParser
+
+
+#: Program-output line numbers remembered per stream (the hang rules look for output between a stage and the end).
+TEXT_TAIL = 64
 
 
 class EventStream:
@@ -24,13 +29,14 @@ class EventStream:
             events (see ``NcclParser``).
     """
 
-    __slots__ = ("_nccl", "_torch", "_crash", "keep_text", "counts", "_held", "_seq", "last_text")
+    __slots__ = ("_nccl", "_torch", "_crash", "keep_text", "counts", "_held", "_seq", "text_tail")
 
     def __init__(self, keep_text: bool = False, compact: bool = False):
         self._nccl = NcclParser(compact=compact)
         self._torch = TorchParser()
         self._crash = CrashParser()
-        self.last_text = 0  # line number of the last non-blank line no parser took (program output: progress)
+        # line numbers of the last non-blank lines no parser took (the program's own output: progress)
+        self.text_tail: deque[int] = deque(maxlen=TEXT_TAIL)
         self.keep_text = keep_text
         self.counts = {"text": 0}
         self._held: list[tuple[int, int, Event]] = []
@@ -49,7 +55,7 @@ class EventStream:
         if events is None:
                 self.counts["text"] += 1
                 if line.text and not line.text.isspace():
-                    self.last_text = line.lineno
+                    self.text_tail.append(line.lineno)
                 if not self.keep_text:
                     return self._release() if self._held else []
                 events = [Event("text", line.path, line.lineno, line.raw, rank=line.rank, time=line.time)]

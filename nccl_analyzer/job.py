@@ -110,7 +110,7 @@ class JobBuilder:
         self.rank_stages: dict[int, tuple[Any, Event, str | None]] = {}
         self.proc_stages: list[tuple[int, tuple[Any, Event, str | None]]] = []  # (rank, entry) per NCCL process
         self.torch_stages: dict[int, tuple[Any, Event, str | None]] = {}  # rank -> entry from torch's work records
-        self.last_text: dict[str, int] | None = None  # path -> last line of the program's own output (analysis.py)
+        self.text_tail: dict[str, list[int]] | None = None  # path -> last lines of the program's own output
 
     # -- identity ------------------------------------------------------------------------------------------
     def rank_of(self, ev: Event) -> int | None:

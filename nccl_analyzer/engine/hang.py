@@ -64,6 +64,25 @@ def _job_stages(ctx: PredContext) -> dict[int, tuple[Stage, Any, str | None]]:
     return b.rank_stages
 
 
+def _progress_after(b: Any, stage_events: list[Any], ends: list[Any]) -> bool:
+    """The program printed output of its own (training steps, prints) between a stuck rank's last stage line and the
+    job's end in the same input: progress NCCL's lines do not show (no COLL subsystem), so no hang. True also when
+    it cannot tell (inputs parsed in worker processes; more output after the end than remembered)."""
+    from ..classify import TEXT_TAIL
+
+    tails = b.text_tail
+    if tails is None:
+        return True
+    for ev in stage_events:
+        tail = tails.get(ev.path, [])
+        end = min((e.line for e in ends if e.path == ev.path and e.line > ev.line), default=None)
+        if any(ev.line < t and (end is None or t < end) for t in tail):
+            return True
+        if len(tail) >= TEXT_TAIL and tail[0] > ev.line:
+            return True
+    return False
+
+
 @predicate
 def stuck_stage(ctx: PredContext, **args: Any) -> PredResult | None:
     """The ranks furthest behind stopped in one of ``stages`` (a list of ``Stage`` labels).
@@ -97,16 +116,8 @@ def stuck_stage(ctx: PredContext, **args: Any) -> PredResult | None:
         transports = [t for t in transports if re.search(str(pat), t)]
         if not transports:
             return None
-    if args.get("quiet_after"):
-        # Program output after the stuck ranks' last stage line (training steps, prints) is progress NCCL's lines
-        # do not show (no COLL subsystem): then the job was running, not hung. Unknown output: no verdict.
-        last = b.last_text
-        if last is None:
-            return None
-        for r in behind:
-            ev = stages[r][1]
-            if last.get(ev.path, 0) > ev.line:
-                return None
+    if args.get("quiet_after") and _progress_after(b, [stages[r][1] for r in behind], ctx.events):
+        return None
     first = stages[behind[0]][1]
     transport = transports[0] if transports else None
     bound: dict[str, Any] = {
