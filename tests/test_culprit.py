@@ -129,3 +129,36 @@ def test_app_exception_title_shows_the_users_frame():
 '''
     rc = analyze_text(tb).root_cause
     assert rc.id == "app_exception" and "train.py:11 in load_batch" in rc.title
+
+
+CRASH_FORMS = [
+    ("faulthandler", "SIGBUS", 'Fatal Python error: Bus error\n\nThread 0x00007f1 (most recent call first):\n'
+                               '  File "/work/train.py", line 11 in load_batch\n', "load_batch (train.py:11)"),
+    ("glog", "SIGSEGV", "*** SIGSEGV (@0x0) received by PID 4721 (TID 0x7f0c) from PID 0; stack trace: ***\n"
+                        "    @     0x7f0c0d001041 decode_batch\n", "decode_batch"),
+    ("gdb", "SIGSEGV", 'Thread 1 "python" received signal SIGSEGV, Segmentation fault.\n'
+                       "#0  0x00007ffff7a5e2a0 in decode_batch () from /opt/app/libmyext.so\n", "decode_batch (libmyext.so)"),
+    ("shell", "SIGABRT", "bash: line 1:  4721 Aborted (core dumped) python train.py\n", None),
+]
+
+
+@pytest.mark.parametrize("form,signal,text,frame", CRASH_FORMS, ids=[c[0] for c in CRASH_FORMS])
+def test_native_crash_reports_are_typed(form, signal, text, frame):
+    from nccl_analyzer.analysis import Analyzer, lines_of_text
+
+    a = Analyzer(rules=[])
+    crashes = [e for line in lines_of_text(text) for e in a.feed(line)] + a.flush()
+    crashes = [e for e in crashes if e.kind == "native.crash"]
+    assert len(crashes) == 1
+    ev = crashes[0]
+    assert ev.fields["form"] == form and ev.fields["signal"] == signal and ev.fields.get("frame") == frame
+
+
+def test_a_print_about_signals_is_no_crash():
+    from nccl_analyzer.analysis import Analyzer, lines_of_text
+
+    a = Analyzer(rules=[])
+    text = "Caught signal 15, saving checkpoint\n  12 batches left\nepoch 3 done\n"
+    evs = [e for line in lines_of_text(text) for e in a.feed(line)] + a.flush()
+    assert all("signal" not in e.fields for e in evs if e.kind == "native.crash")
+    assert analyze_text(text).root_cause is None
