@@ -44,6 +44,7 @@ class Analyzer:
         self._finished: Diagnosis | None = None
         self.ledger = failsafe.ErrorLedger()  # every error-level line, accounted for in finish()
         self._extra = {"text": 0, "compacted": 0, "parser_errors": 0}  # counts from worker processes (run_parallel)
+        self._parallel = False
 
     # -- input ----------------------------------------------------------------------------------------------
     def add_sources(self, sources: list[Source]) -> None:
@@ -89,6 +90,7 @@ class Analyzer:
         """Parse ``sources`` in worker processes (parallel.py) and fold their events in, in input order."""
         offsets: dict[str, int] = {}
         total = 0
+        self._parallel = True
         for res in parallel.iter_results(parallel.plan_units(sources, workers), workers):
             path = res.path
             base = offsets.get(path, 0)
@@ -136,6 +138,7 @@ class Analyzer:
         if not self.matcher.dirty and self._prov is None:
             self._prov_dirty = False
             return None
+        self._progress()
         self.builder.build()
         hits = self.matcher.hits(self.builder)
         best, _ = pick_root(hits, self.builder)
@@ -149,8 +152,14 @@ class Analyzer:
                                fix=make_fix(best.rule, best.bound), rule=best.rule.id)
         return self._prov
 
+    def _progress(self) -> None:
+        # where the program printed its own output last, per input (the hang rules read it as progress); unknown
+        # (None) for inputs parsed in worker processes
+        self.builder.text_tail = None if self._parallel else {p: list(s.text_tail) for p, s in self._streams.items()}
+
     def hits(self) -> list[Hit]:
         """All rule hits so far."""
+        self._progress()
         self.builder.build()
         return self.matcher.hits(self.builder)
 
@@ -159,6 +168,7 @@ class Analyzer:
         if self._finished is not None:
             return self._finished
         self.flush()
+        self._progress()
         job = self.builder.build()
         self.ledger.settle(self._lines)  # caught exceptions and retries that later succeeded are no failure
         hits = self.matcher.hits(self.builder, skip=self.ledger.skip())

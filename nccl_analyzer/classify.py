@@ -2,11 +2,17 @@
 from __future__ import annotations
 
 import heapq
+from collections import deque
 
 from .model import Event, Line
+from .parse.crash import CrashParser
 from .parse.errtext import ErrorTextParser
 from .parse.nccl import NcclParser
 from .parse.torch import TorchParser
+
+
+#: Program-output line numbers remembered per stream (the hang rules look for output between a stage and the end).
+TEXT_TAIL = 64
 
 
 class EventStream:
@@ -24,12 +30,15 @@ class EventStream:
             events (see ``NcclParser``).
     """
 
-    __slots__ = ("_nccl", "_torch", "_errtext", "keep_text", "counts", "_held", "_seq")
+    __slots__ = ("_nccl", "_torch", "_crash", "_errtext", "keep_text", "counts", "_held", "_seq", "text_tail")
 
     def __init__(self, keep_text: bool = False, compact: bool = False):
         self._nccl = NcclParser(compact=compact)
         self._torch = TorchParser()
-        self._errtext = ErrorTextParser()  # error lines no grammar owns (crash reports, launchers): messages/text.toml
+        self._crash = CrashParser()
+        self._errtext = ErrorTextParser()  # error lines no grammar owns (launchers, MPI, bindings): messages/text.toml
+        # line numbers of the last non-blank lines no parser took (the program's own output: progress)
+        self.text_tail: deque[int] = deque(maxlen=TEXT_TAIL)
         self.keep_text = keep_text
         self.counts = {"text": 0}
         self._held: list[tuple[int, int, Event]] = []
@@ -40,9 +49,17 @@ class EventStream:
         if events is None:
             events = self._torch.feed(line)
             if events is None:
-                events = self._errtext.feed(line)
-            if events is None:
+                events = self._crash.feed(line)
+                if events is None:
+                    events = self._errtext.feed(line)
+            elif self._crash.pending_line is not None:
+                events = self._crash.close() + events  # another parser took the line: the crash report ended
+        elif self._crash.pending_line is not None:
+            events = self._crash.close() + events
+        if events is None:
                 self.counts["text"] += 1
+                if line.text and not line.text.isspace():
+                    self.text_tail.append(line.lineno)
                 if not self.keep_text:
                     return self._release() if self._held else []
                 events = [Event("text", line.path, line.lineno, line.raw, rank=line.rank, time=line.time)]
@@ -60,6 +77,9 @@ class EventStream:
     def _pending(self) -> int | None:
         a = self._nccl.pending_line
         b = self._torch.pending_line
+        c = self._crash.pending_line
+        if c is not None:
+            return min(x for x in (a, b, c) if x is not None)
         if a is None:
             return b
         if b is None:
@@ -83,7 +103,7 @@ class EventStream:
         return self._torch.errors
 
     def flush(self) -> list[Event]:
-        for ev in self._nccl.flush() + self._torch.flush():
+        for ev in self._nccl.flush() + self._torch.flush() + self._crash.flush():
             self._seq += 1
             heapq.heappush(self._held, (ev.line, self._seq, ev))
         out = [heapq.heappop(self._held)[2] for _ in range(len(self._held))]

@@ -228,9 +228,12 @@ def _role_for(h: Hit, best: Hit | None, root_ranks: set[int]) -> str:
         return h.rule.role if h.rule.role != "root" else "symptom"
     if h.rule.id == best.rule.id:
         return "root"
-    if h.rule.taxonomy == best.rule.taxonomy:
-        return "symptom"
     own = set(h.event_ranks or h.ranks)
+    if h.rule.taxonomy == best.rule.taxonomy:
+        # a consequence rule (torchrun's SIGTERM teardown) on ranks other than the culprits stays a consequence
+        if h.rule.role == "cascade" and own and root_ranks and not own & root_ranks:
+            return "cascade"
+        return "symptom"
     if own and root_ranks and own <= root_ranks:
         return "symptom"
     if explains(best, h):
@@ -245,11 +248,13 @@ def _findings(hits: list[Hit], best: Hit | None, builder: "JobBuilder",
     for h in sorted(hits, key=lambda h: (h.rule.id, h.seq)):
         role = _role_for(h, best, root_ranks or set())
         slot = merged.get((h.rule.id, role))
+        # The root finding names the culprits its predicate chose (the odd one out), not every rank it quoted.
+        own = set(h.ranks) if role == "root" and h.ranks and h.event_ranks else set(h.event_ranks or h.ranks)
         if slot is None:
-            merged[(h.rule.id, role)] = {"hit": h, "ranks": set(h.event_ranks or h.ranks), "hosts": set(h.hosts),
+            merged[(h.rule.id, role)] = {"hit": h, "ranks": own, "hosts": set(h.hosts),
                                          "evidence": list(h.evidence)}
         else:
-            slot["ranks"] |= set(h.event_ranks or h.ranks)
+            slot["ranks"] |= own
             slot["hosts"] |= set(h.hosts)
             for e in h.evidence[:1]:
                 if len(slot["evidence"]) < EVIDENCE_CAP and e not in slot["evidence"]:

@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from .model import Event, Evidence, JobModel, RankInfo
+from .stage import StageTracker
 
 #: Entries kept per rank timeline, and pids remembered before their rank is known.
 TIMELINE_CAP = 64
@@ -103,6 +104,13 @@ class JobBuilder:
         self.hosts: set[str] = set()
         self.ifaces: dict[str, set[str]] = {}  # host -> interfaces NCCL reported using/seeing
         self.lagging: set[int] = set()
+        self.stages = StageTracker()
+        # rank -> (stage, the line that shows it, transport), filled by build(); also ranks known only from their own
+        # connection lines (NCCL < 2.18.3 logs no Init START to map a stuck process's pid to its rank)
+        self.rank_stages: dict[int, tuple[Any, Event, str | None]] = {}
+        self.proc_stages: list[tuple[int, tuple[Any, Event, str | None]]] = []  # (rank, entry) per NCCL process
+        self.torch_stages: dict[int, tuple[Any, Event, str | None]] = {}  # rank -> entry from torch's work records
+        self.text_tail: dict[str, list[int]] | None = None  # path -> last lines of the program's own output
 
     # -- identity ------------------------------------------------------------------------------------------
     def rank_of(self, ev: Event) -> int | None:
@@ -145,6 +153,7 @@ class JobBuilder:
             handler(self, ev)
         if k.startswith(ERROR_KINDS_PREFIX):
             self._first_error(ev)
+        self.stages.add(ev, self)
 
     def _timeline(self, ev: Event, what: str | None = None) -> None:
         entry = {"kind": ev.kind, "path": ev.path, "line": ev.line, "time": ev.time,
@@ -482,6 +491,7 @@ class JobBuilder:
         for r, coll in self.collectives.items():
             info = self._rank(r)
             info.last_collective = {k: v for k, v in coll.items() if k not in ("line", "path")}
+        self.stages.apply(self)
         job.extra["hosts"] = sorted(self.hosts)
         job.extra["interfaces"] = {h: sorted(v) for h, v in sorted(self.ifaces.items())}
         job.extra["init"] = {c: {"nranks": job.communicators.get(c, {}).get("nranks"),

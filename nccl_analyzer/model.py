@@ -6,6 +6,7 @@ Nothing here renders or prints.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import Any
 
 SCHEMA = "nccl-analyzer/diagnosis/v1"
@@ -190,6 +191,31 @@ class RootCause:
         }
 
 
+class Stage(IntEnum):
+    """How far a rank got, in the order NCCL (and then the job) goes through them (docs/events.md "Stages").
+
+    ``BOOTSTRAP``: version banner, bootstrap/NET interface lines, ``Init START`` (joining peers over the bootstrap
+    sockets); ``TOPOLOGY``: topology dump, graph search (``Pattern ...``), comm layout; ``CHANNELS``: channel/ring/
+    tree lists; ``CONNECT``: ``Channel NN/M : a -> b via <transport>`` connections; ``CONNECTED``: ``Connected all
+    rings/trees``; ``INIT_COMPLETE``: ``Init COMPLETE``; ``COLLECTIVE``: a first collective call (NCCL COLL line,
+    torch work SeqNum 1); ``STEADY``: later collectives (op count / SeqNum > 1, completed work).
+    """
+
+    UNKNOWN = 0
+    BOOTSTRAP = 1
+    TOPOLOGY = 2
+    CHANNELS = 3
+    CONNECT = 4
+    CONNECTED = 5
+    INIT_COMPLETE = 6
+    COLLECTIVE = 7
+    STEADY = 8
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
 @dataclass(slots=True)
 class RankInfo:
     """What the log tells about one rank (mutable while the job model is built)."""
@@ -208,6 +234,9 @@ class RankInfo:
     exit_code: int | None = None
     role: str = "healthy"  # culprit | victim | healthy
     timeline: list[dict[str, Any]] = field(default_factory=list)
+    stage: Stage = Stage.UNKNOWN  # the last stage the log shows this rank reach
+    stage_loc: Loc | None = None  # the line that showed it
+    stage_transport: str | None = None  # CONNECT/CONNECTED: the transport of the last connection (P2P/IPC, NET/IB)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"rank": self.rank, "host": self.host, "pid": self.pid, "cuda_dev": self.cuda_dev,
@@ -217,6 +246,12 @@ class RankInfo:
             if value is not None:
                 out[name] = value
         out["init_state"] = self.init_state
+        if self.stage is not Stage.UNKNOWN:
+            out["stage"] = self.stage.label
+            if self.stage_transport:
+                out["stage_transport"] = self.stage_transport
+            if self.stage_loc is not None:
+                out["stage_line"] = {"path": self.stage_loc.path, "line": self.stage_loc.line}
         out["role"] = self.role
         if self.last_collective:
             out["last_collective"] = self.last_collective

@@ -308,9 +308,22 @@ def ranks_in_different_collectives(ctx: PredContext) -> PredResult | None:
     known_seqs = {seqs[r] for r in ops if seqs.get(r) is not None}
     if len(known_seqs) > 1:
         return None  # different ops at different SeqNums: ranks are at different points (lagging), not a mismatch
-    desc = ", ".join(f"rank {r}: {ops[r]}" for r in sorted(ops))
-    ev = [e for e in ctx.events if b.rank_of(e) in ops]
-    return PredResult(bound={"ops": desc}, ranks=tuple(sorted(ops)), evidence=ev[:4])
+    by_op: dict[str, list[int]] = {}
+    for r in sorted(ops):
+        by_op.setdefault(norm[r], []).append(r)
+    groups = sorted(by_op.values(), key=lambda rs: (-len(rs), rs[0]))
+    desc = ", ".join(f"{_who(tuple(rs))}: {ops[rs[0]]}" for rs in groups)
+    bound: dict[str, Any] = {"ops": desc}
+    blamed = tuple(sorted(ops))
+    if len(groups[0]) > len(groups[1]):
+        # The odd ones out: every rank outside the largest group called something the majority did not. With no
+        # majority (1 vs 1, 2 vs 2) the log cannot tell which side is wrong, and every rank stays named.
+        blamed = tuple(sorted(r for rs in groups[1:] for r in rs))
+        bound["odd_who"] = _who(blamed)
+        bound["odd_story"] = (f"{_who(blamed)} called {', '.join(sorted({ops[r] for r in blamed}))} while "
+                              f"{_who(tuple(groups[0]))} called {ops[groups[0][0]]}")
+    ev = [e for e in ctx.events if b.rank_of(e) in blamed] + [e for e in ctx.events if b.rank_of(e) not in blamed]
+    return PredResult(bound=bound, ranks=blamed, evidence=ev[:4])
 
 
 @predicate
@@ -511,3 +524,4 @@ def env_setting(ctx: PredContext, **args: Any) -> PredResult | None:
 def kind_matches(globs: tuple[str, ...], kind: str) -> bool:
     """fnmatch over several globs (used by tests and rule tooling)."""
     return any(fnmatch.fnmatchcase(kind, g) for g in globs)
+from . import hang as _hang  # noqa: E402,F401  (registers the hang predicates)

@@ -321,6 +321,7 @@ class Matcher:
         pred_ranks: tuple[int, ...] | None = None
         pred_ev: list[Event] = []
         victims_only = False
+        lead_pred = False
         ctx = PredContext(builder=builder, events=[it[1] for it in events_all], group=g)
         for name, args in m.predicates:
             a = dict(args)
@@ -328,6 +329,8 @@ class Matcher:
             # blame_only: the lines matched are what the victims print (a lost connection); the culprit is only
             # the rank(s) this predicate names, never the reporting ranks themselves.
             victims_only = victims_only or bool(a.pop("blame_only", False))
+            # evidence_first: the predicate's lines (e.g. where a stuck rank stopped) are quoted before the matched ones
+            lead_pred = lead_pred or bool(a.pop("evidence_first", False))
             res = PREDICATES[name](ctx, **a)
             if res is None:
                 if optional:
@@ -380,7 +383,11 @@ class Matcher:
                 if v is not None and not isinstance(v, (list, dict, tuple)) and len(str(v)) < 200:
                     bound.setdefault(fname, v)
         seq = key_item[0] if key_item else 0
-        evidence = quote(ordered_events, bound)
+        if lead_pred and pred_ev:
+            lead = {id(ev) for ev in pred_ev}
+            evidence = quote(pred_ev + [ev for ev in ordered_events if id(ev) not in lead], bound)
+        else:
+            evidence = quote(ordered_events, bound)
         count = sum(len(v) for i, v in per_slot.items() if i in all_idx or i in any_idx)
         return Hit(rule=rule, group=g, events=ordered_events, seq=seq, time=time_key(key.time),
                    ranks=tuple(sorted(ranks)), hosts=tuple(sorted(hosts)), bound=bound, evidence=evidence, count=count,

@@ -1317,6 +1317,12 @@ class TorchParser:
         user = [f for f in b.frames if "-packages/" not in f.get("file", "") and not f.get("file", "").startswith("<")]
         if user:
             fields["user_frame"] = user[-1]
+            # the program's own innermost frame as a person reads it ("train.py:11 in load_batch"), not the
+            # interpreter's library code (/usr/lib/python3.x/...)
+            own = [f for f in user if not re.search(r"/lib/python\d[\d.]*/", f.get("file", ""))]
+            if own:
+                f = own[-1]
+                fields["user_where"] = f"{str(f.get('file', '')).rsplit('/', 1)[-1]}:{f.get('line')} in {f.get('function')}"
         if b.frames:
             fields["last_frame"] = b.frames[-1]
         fields["lines"] = b.lines

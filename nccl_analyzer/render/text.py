@@ -223,7 +223,7 @@ def _finding(f: Finding, st: _Style) -> list[str]:
 
 
 def _rank_table(d: Diagnosis) -> list[str]:
-    header = ("rank", "host", "pid", "gpu", "nccl", "init", "last collective", "first error", "role")
+    header = ("rank", "host", "pid", "gpu", "nccl", "init", "stage", "last collective", "first error", "role")
     rows = []
     for r in sorted(d.job.ranks)[:256]:
         i = d.job.ranks[r]
@@ -231,7 +231,7 @@ def _rank_table(d: Diagnosis) -> list[str]:
         if i.first_error is not None:
             err = f"{view.evidence_loc(i.first_error)} {i.first_error_kind or ''}".strip()
         rows.append((str(r), i.host or "", "" if i.pid is None else str(i.pid), view.gpu_text(i), i.nccl_version or "",
-                     i.init_state, view.collective_text(i.last_collective), err, i.role))
+                     i.init_state, view.stage_text(i), view.collective_text(i.last_collective), err, i.role))
     rows = [tuple(view.clip(c, 48) for c in row) for row in rows]
     widths = [max(len(h), *(len(row[k]) for row in rows)) for k, h in enumerate(header)]
     fmt = "  " + "  ".join(f"{{:<{w}}}" for w in widths)

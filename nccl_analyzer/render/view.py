@@ -157,6 +157,19 @@ def gpu_text(info: RankInfo) -> str:
     return bits[0] if bits else ""
 
 
+def stage_text(info: Any) -> str:
+    """A rank's last stage as ``connect P2P/IPC (line 57)``; empty when the log shows none."""
+    st = getattr(info, "stage", None)
+    if st is None or not st:
+        return ""
+    out = st.label.replace("_", " ")
+    if info.stage_transport and st.label in ("connect", "connected"):
+        out += f" {info.stage_transport}"
+    if info.stage_loc is not None:
+        out += f" (line {info.stage_loc.line})"
+    return out
+
+
 def collective_text(c: dict[str, Any] | None) -> str:
     """A last-collective dict as ``op k=v ...`` (keys as job.py recorded them)."""
     if not c:

@@ -1,6 +1,8 @@
 """A small torch.distributed (gloo, CPU) job that fails the way argv[1] says; run it under torchrun."""
+import ctypes
 import datetime
 import os
+import signal
 import sys
 import time
 
@@ -27,6 +29,30 @@ elif mode == "mismatch":
         dist.all_reduce(t)
     else:
         dist.broadcast(t, 0)
+elif mode == "mismatch_odd":
+    # Every rank but the last calls all_reduce; the last calls broadcast: the odd one out is the last rank.
+    if rank == world - 1:
+        dist.broadcast(t, 0)
+    else:
+        dist.all_reduce(t)
+elif mode in ("segv", "sigbus", "abort"):
+    # One rank dies by a signal in its own code (no Python exception); the others lose their peer.
+    def load_batch(step: int) -> None:
+        if mode == "segv":
+            ctypes.string_at(0)  # null pointer read: SIGSEGV in the C library
+        elif mode == "sigbus":
+            os.kill(os.getpid(), signal.SIGBUS)
+        else:
+            os.abort()
+    if rank == 1:
+        load_batch(1)
+    time.sleep(1)
+    dist.all_reduce(t)
+elif mode == "stall":
+    # Rank 1 stops making progress (no error, no exit); the others wait in all_reduce until someone kills the job.
+    if rank == 1:
+        time.sleep(3600)
+    dist.all_reduce(t)
 elif mode == "ok":
     dist.all_reduce(t)
 print(f"rank {rank}: done", flush=True)

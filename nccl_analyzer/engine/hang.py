@@ -1,0 +1,132 @@
+"""Predicates for hangs with no error line: where the ranks furthest behind stopped (stage.py) and who they are."""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..model import Stage
+from ..stage import collapse
+from .match import PredContext, PredResult, _rank_list, _who, predicate
+
+#: Exit statuses that are the job being torn down or aborted, not a rank failing by itself: SIGTERM/SIGINT from
+#: torchrun or the user, SIGABRT from torch's watchdog taking the process down after a timeout.
+TEARDOWN_EXITS = frozenset({0, -15, -2, -6})
+#: Event kinds that show a timeout fired (then a rank's non-zero exit is the consequence of the hang).
+TIMEOUT_KINDS = ("torch.watchdog", "torch.work.status", "torch.heartbeat", "torch.store.timeout", "torch.gloo.error")
+
+_STAGE_WORDS = {
+    Stage.BOOTSTRAP: "bootstrap (Init START / bootstrap interface; exchanging addresses with its peers)",
+    Stage.TOPOLOGY: "topology detection / graph search",
+    Stage.CHANNELS: "channel setup (rings/trees computed, no connection yet)",
+    Stage.CONNECT: "connecting channels",
+    Stage.CONNECTED: "after connecting channels",
+    Stage.INIT_COMPLETE: "Init COMPLETE (before any collective)",
+    Stage.COLLECTIVE: "its first collective",
+    Stage.STEADY: "steady state",
+}
+
+
+def _stage_words(st: Stage, transport: str | None) -> str:
+    words = _STAGE_WORDS.get(st, st.label)
+    if transport and st in (Stage.CONNECT, Stage.CONNECTED):
+        words += f" via {transport}"
+    return words
+
+
+def _own_exit(b: Any, events: list[Any]) -> bool:
+    """Some rank ended by itself (an exit code > 0 or a crash signal; torchrun's ChildFailedError entries and its
+    ``failed (exitcode: N) local_rank: R`` lines): that is a failure, not a hang."""
+    codes = [e.get("exitcode") for e in b.exits.values()]
+    codes += [e.get("exitcode") for e in events if e.kind == "torch.elastic.worker_failed"]
+    for code in codes:
+        try:
+            if int(code) not in TEARDOWN_EXITS:
+                return True
+        except (TypeError, ValueError):
+            continue
+    return False
+
+
+def _job_stages(ctx: PredContext) -> dict[int, tuple[Stage, Any, str | None]]:
+    """The stages of the job's own processes. Where torchrun names its workers' pids (SIGTERM teardown,
+    ChildFailedError, ``failed (exitcode ...) (pid: P)``), only those processes count; else, where torch lines name
+    ranks (``[rank3]:``, watchdog records), only those ranks: NCCL lines of other jobs or other tools in the same
+    output say nothing about this job's hang."""
+    b = ctx.builder
+    pids = {e.pid for e in ctx.events if e.kind.startswith("torch.elastic.") and e.pid is not None}
+    pids |= {int(e["pid"]) for e in b.exits.values() if e.get("pid") is not None}
+    if pids:
+        return collapse([(r, v) for r, v in b.proc_stages if v[1].pid in pids], b.torch_stages)
+    named = {r for r, c in b.collectives.items() if str(c.get("source", "")).startswith("torch.")}
+    named |= {r for r in (b.rank_of(e) for e in ctx.events if e.kind.startswith(("torch.", "python."))) if r is not None}
+    if named:
+        return {r: v for r, v in b.rank_stages.items() if r in named}
+    return b.rank_stages
+
+
+def _progress_after(b: Any, stage_events: list[Any], ends: list[Any]) -> bool:
+    """The program printed output of its own (training steps, prints) between a stuck rank's last stage line and the
+    job's end in the same input: progress NCCL's lines do not show (no COLL subsystem), so no hang. True also when
+    it cannot tell (inputs parsed in worker processes; more output after the end than remembered)."""
+    from ..classify import TEXT_TAIL
+
+    tails = b.text_tail
+    if tails is None:
+        return True
+    for ev in stage_events:
+        tail = tails.get(ev.path, [])
+        end = min((e.line for e in ends if e.path == ev.path and e.line > ev.line), default=None)
+        if any(ev.line < t and (end is None or t < end) for t in tail):
+            return True
+        if len(tail) >= TEXT_TAIL and tail[0] > ev.line:
+            return True
+    return False
+
+
+@predicate
+def stuck_stage(ctx: PredContext, **args: Any) -> PredResult | None:
+    """The ranks furthest behind stopped in one of ``stages`` (a list of ``Stage`` labels).
+
+    Options: ``transport`` (regex on the last connection's transport of those ranks, e.g. ``^P2P/(IPC|CUMEM)``);
+    ``others_done`` (some other rank got to Init COMPLETE or beyond); ``none_beyond`` (a stage label no rank got
+    past, e.g. ``collective``: the whole job stopped there); ``quiet_after`` (the program printed nothing of its own
+    after those ranks' stage lines: no training output). Fails when a rank ended by itself (exit code > 0 or a
+    crash signal) and no timeout fired: that rank's failure, not a hang, is the story.
+    """
+    b = ctx.builder
+    stages = _job_stages(ctx)
+    if not stages:
+        return None
+    if _own_exit(b, ctx.events) and not any(e.kind.startswith(TIMEOUT_KINDS) for e in ctx.events):
+        return None
+    lo = min(v[0] for v in stages.values())
+    want = {str(s) for s in (args.get("stages") or ())}
+    if lo.label not in want:
+        return None
+    behind = tuple(sorted(r for r, v in stages.items() if v[0] == lo))
+    ahead = tuple(sorted(r for r, v in stages.items() if v[0] >= Stage.INIT_COMPLETE))
+    if args.get("others_done") and not ahead:
+        return None
+    beyond = args.get("none_beyond")
+    if beyond and any(v[0] > Stage[str(beyond).upper()] for v in stages.values()):
+        return None
+    transports = sorted({t for r in behind if stages[r][2] for t in stages[r][2].split(", ")})
+    pat = args.get("transport")
+    if pat:
+        transports = [t for t in transports if re.search(str(pat), t)]
+        if not transports:
+            return None
+    if args.get("quiet_after") and _progress_after(b, [stages[r][1] for r in behind], ctx.events):
+        return None
+    first = stages[behind[0]][1]
+    transport = transports[0] if transports else None
+    bound: dict[str, Any] = {
+        "stuck": _rank_list(behind), "stuck_who": _who(behind), "stage": lo.label,
+        "stage_words": _stage_words(lo, transport), "stage_line": f"{first.path}:{first.line}",
+    }
+    if transport:
+        bound["transport"] = transport
+    if ahead and lo < Stage.INIT_COMPLETE:
+        bound["done_who"] = _who(ahead)
+    evidence = [stages[r][1] for r in behind[:4]]
+    return PredResult(bound=bound, ranks=behind, evidence=evidence)

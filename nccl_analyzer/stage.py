@@ -1,0 +1,229 @@
+"""Per-rank init/progress stage from NCCL INFO lines and torch work records (what a hang diagnosis reads).
+
+NCCL logs a communicator's init in a fixed order (``init.cc`` ``ncclCommInitRankFunc`` -> ``initTransportsRank``):
+bootstrap (version banner, ``Bootstrap: Using``, NET plugin/``NET/Socket``/``NET/IB : Using``, ``Init START``),
+topology and graph search (``=== System``, ``Pattern N, ...``, ``comm .. nNodes``), channel setup (``Channel NN/MM :
+0 1 2``, ``Ring``, ``Trees``, ``N coll channels``), connections (``Channel NN/M : a[x] -> b[y] via P2P/IPC``,
+``SHM/direct``, ``NET/Socket/0``, ``NET/IB/0/GDRDMA``, ``CollNet``, NVLS multicast), ``Connected all rings/trees``,
+``Init COMPLETE``; then collectives (COLL ``AllReduce: opCount N``; torch ``WorkNCCL(SeqNum=N``). The formats of
+every release are in ``../shared/reference/nccl_key_lines.json``; the grammar types them (docs/events.md).
+
+Which event kind means which stage is the table ``KIND_STAGE`` (data, not code paths). A process's stage only moves
+forward (a later ``Init START`` of a new communicator restarts it), except that connecting and ``Connected all ...``
+alternate (rings, then trees, then NVLS). Memory: one entry per process.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .model import Event, Loc, Stage
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .job import JobBuilder
+
+#: Event kind -> the stage it shows the process reached (exact kinds; ``KIND_PREFIX_STAGE`` for families).
+KIND_STAGE: dict[str, Stage] = {
+    "nccl.version": Stage.BOOTSTRAP,
+    "nccl.git_version": Stage.BOOTSTRAP,
+    "nccl.cuda_driver": Stage.BOOTSTRAP,
+    "nccl.env": Stage.BOOTSTRAP,
+    "nccl.net.using": Stage.BOOTSTRAP,
+    "nccl.init.start": Stage.BOOTSTRAP,
+    "nccl.comm.config": Stage.BOOTSTRAP,
+    "nccl.comm.topology": Stage.TOPOLOGY,
+    "nccl.channel": Stage.CHANNELS,
+    "nccl.ring": Stage.CHANNELS,
+    "nccl.tree": Stage.CHANNELS,
+    "nccl.trees": Stage.CHANNELS,
+    "nccl.channels.count": Stage.CHANNELS,
+    "nccl.transport": Stage.CONNECT,
+    "nccl.connected": Stage.CONNECTED,
+    "nccl.init.complete": Stage.INIT_COMPLETE,
+    "nccl.coll": Stage.COLLECTIVE,
+    "torch.watchdog.timeout": Stage.COLLECTIVE,
+    "torch.work.status": Stage.COLLECTIVE,
+}
+KIND_PREFIX_STAGE: tuple[tuple[str, Stage], ...] = (
+    ("nccl.bootstrap", Stage.BOOTSTRAP),
+    ("nccl.net.", Stage.BOOTSTRAP),
+    ("nccl.plugin", Stage.BOOTSTRAP),
+    ("nccl.topo.", Stage.TOPOLOGY),
+)
+#: Generic INFO bodies (``nccl.info``) that mark a stage: message prefix -> (stage, transport). NVLS is set up
+#: after the rings and trees are connected (``transport/nvls.cc``, 2.17+).
+INFO_STAGE: tuple[tuple[str, Stage, str | None], ...] = (
+    ("NVLS multicast support is", Stage.TOPOLOGY, None),
+    ("NVLS Creating Multicast group", Stage.CONNECT, "NVLS"),
+    ("NVLS Created Multicast group", Stage.CONNECT, "NVLS"),
+    ("NVLS comm ", Stage.CONNECT, "NVLS"),
+    ("Connected NVLS", Stage.CONNECTED, "NVLS"),
+    ("Connected binomial trees", Stage.CONNECTED, None),
+    ("Connected collnet", Stage.CONNECTED, "COLLNET"),
+    ("Setting affinity for GPU", Stage.TOPOLOGY, None),
+)
+_ALTERNATE = (Stage.CONNECT, Stage.CONNECTED)
+
+
+def transport_base(t: str) -> str:
+    """``P2P/IPC/read`` -> ``P2P/IPC``; ``NET/IB/0/GDRDMA`` -> ``NET/IB``; ``SHM/direct/direct`` -> ``SHM``;
+    ``COLLNET/SHARP/0`` -> ``COLLNET``; ``direct shared memory`` (<= 2.12) -> ``SHM``."""
+    t = t.strip()
+    if t.startswith("direct shared memory"):
+        return "SHM"
+    parts = t.split("/")
+    if parts[0] in ("P2P", "NET") and len(parts) > 1:
+        return "/".join(parts[:2]).split()[0]
+    return parts[0].split()[0].upper() if parts[0] else t
+
+
+_NO_STAGE: set[str] = set()  # kinds that never show a stage (the hot path skips them with one set lookup)
+
+
+def stage_of(ev: Event) -> tuple[Stage, str | None] | None:
+    """The stage (and, for connections, the transport) an event shows, or None."""
+    k = ev.kind
+    if k in _NO_STAGE:
+        return None
+    st = KIND_STAGE.get(k)
+    if st is None:
+        if k == "nccl.info":
+            msg = str(ev.fields.get("msg", ""))
+            for prefix, s, tr in INFO_STAGE:
+                if msg.startswith(prefix):
+                    return s, tr
+            return None
+        for prefix, s in KIND_PREFIX_STAGE:
+            if k.startswith(prefix):
+                return s, None
+        if len(_NO_STAGE) < 4096:
+            _NO_STAGE.add(k)
+        return None
+    if st is Stage.CONNECT:
+        t = ev.fields.get("transport") or ev.fields.get("via")
+        return st, transport_base(str(t)) if t else None
+    if k == "nccl.coll":
+        n = ev.fields.get("op_count")
+        return (Stage.STEADY if isinstance(n, int) and n >= 1 else Stage.COLLECTIVE), None
+    if k.startswith("torch."):
+        seq, done = ev.fields.get("seq"), ev.fields.get("last_completed")
+        if (isinstance(done, int) and done >= 1) or (isinstance(seq, int) and seq > 1):
+            return Stage.STEADY, None
+        return Stage.COLLECTIVE, None
+    return st, None
+
+
+def own_rank(ev: Event) -> int | None:
+    """The rank of the process that printed a ring/tree/connection line: the ``Ring``/``Tree`` line's own rank
+    (event ``rank``), a connection's sender (``p2p.cc``/``shm.cc`` print on the send side; ``[send]``) or, for
+    ``[receive]``, its receiver."""
+    k = ev.kind
+    if k == "nccl.transport":
+        who = ev.fields.get("dst") if ev.fields.get("direction") == "receive" else ev.fields.get("src")
+        return who if isinstance(who, int) else None
+    if k in ("nccl.ring", "nccl.tree") and ev.rank is not None:
+        return ev.rank
+    return None
+
+
+class StageTracker:
+    """Feeds on every event; keeps, per process (host, pid) or per rank, the last stage reached and its line."""
+
+    __slots__ = ("_procs",)
+
+    def __init__(self) -> None:
+        # key -> [stage, event, transport of the last connection, own rank (from the process's own lines, for unmapped
+        # pids), every transport it connected with]
+        self._procs: dict[Any, list[Any]] = {}
+
+    def add(self, ev: Event, builder: "JobBuilder") -> None:
+        got = stage_of(ev)
+        if got is None:
+            return
+        st, transport = got
+        if ev.kind.startswith("torch."):
+            r = builder.rank_of(ev)
+            if r is None:
+                return
+            key: Any = ("rank", r)
+        elif ev.pid is not None:
+            key = (ev.host, ev.pid)
+        elif ev.rank is not None:
+            key = ("rank", ev.rank)
+        else:
+            return
+        cur = self._procs.get(key)
+        if cur is None:
+            if len(self._procs) < 65536:
+                self._procs[key] = cur = [st, ev, transport, None, set()]
+            else:
+                return
+        if cur[3] is None:
+            cur[3] = own_rank(ev)
+        if transport and len(cur[4]) < 16:
+            cur[4].add(transport)
+        if cur[1] is ev:
+            return
+        old_st, old_ev = cur[0], cur[1]
+        if old_ev.path == ev.path and ev.line < old_ev.line:
+            return  # a line held back by the parser (compacted chatter), older than what the process did since
+        if ev.kind == "nccl.init.start" and old_st >= Stage.INIT_COMPLETE:
+            cur[0], cur[1], cur[2] = Stage.BOOTSTRAP, ev, None  # a new communicator's init
+            cur[4] = set()
+        elif st >= old_st or (st in _ALTERNATE and old_st in _ALTERNATE):
+            cur[0], cur[1] = st, ev
+            if st is Stage.CONNECT:
+                cur[2] = transport or cur[2]
+
+    def apply(self, builder: "JobBuilder") -> None:
+        """Write each rank's furthest stage into its ``RankInfo`` (processes mapped to ranks by their pid); keep every
+        process's own entry in ``builder.proc_stages`` (the hang predicates pick the job's processes from them)."""
+        procs: list[tuple[int, list[Any]]] = []
+        torch_seen: dict[int, list[Any]] = {}
+        for key, cur in self._procs.items():
+            if key[0] == "rank":
+                torch_seen[key[1]] = cur
+                continue
+            hit = builder._pid_rank.get(key) or builder._pid_rank.get((None, key[1]))
+            # NCCL < 2.18.3 logs no Init START: a process stuck in init never maps to a rank by its pid; then the
+            # rank its own ring/tree/connection lines name is the one (``own_rank``).
+            r = hit[0] if hit is not None else cur[3]
+            if r is not None:
+                procs.append((r, cur))
+        builder.proc_stages = [(r, _entry(cur)) for r, cur in procs]
+        builder.torch_stages = {r: _entry(cur) for r, cur in torch_seen.items()}
+        builder.rank_stages = collapse(builder.proc_stages, builder.torch_stages)
+        for r, (st, ev, transport) in builder.rank_stages.items():
+            info = builder.job.ranks.get(r)
+            if info is None:
+                continue  # a rank known only from its own connection lines: the hang predicates see it, the table not
+            info.stage = st
+            info.stage_loc = Loc(ev.path, ev.line)
+            info.stage_transport = transport
+
+
+StageEntry = tuple[Stage, Event, "str | None"]
+
+
+def _entry(cur: list[Any]) -> StageEntry:
+    # Where a process still connects, its transport is the one of its last line (the parser always keeps a process's
+    # last chatter line); past that, every transport it used (compaction keeps the first line of each, so this does
+    # not depend on how the input was cut into parallel ranges).
+    return cur[0], cur[1], cur[2] if cur[0] is Stage.CONNECT else (", ".join(sorted(cur[4])) or None)
+
+
+def collapse(procs: list[tuple[int, StageEntry]], torch_stages: dict[int, StageEntry]) -> dict[int, StageEntry]:
+    """Per rank, the furthest of its processes' stages; torch's records only move a rank whose NCCL init is complete
+    or absent (torch enqueues its first collective before NCCL's lazy init of the communicator runs: a watchdog
+    report of SeqNum 1 says nothing about init)."""
+    best: dict[int, StageEntry] = {}
+    for r, e in procs:
+        have = best.get(r)
+        if have is None or e[0] > have[0]:
+            best[r] = e
+    for r, e in torch_stages.items():
+        have = best.get(r)
+        if have is None:
+            best[r] = e
+        elif have[0] >= Stage.INIT_COMPLETE and e[0] > have[0]:
+            best[r] = (e[0], e[1], have[2])
+    return best
