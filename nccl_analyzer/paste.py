@@ -48,7 +48,7 @@ _AUTOLINK = re.compile(r"\[([^\[\]()\s]+)\]\((?:https?://)?([^()\s]+?)/?\)")
 _RECORD = re.compile(
     r"(?:\[[^\]]{1,40}\] ?)?[\w.-]+:\d+:\d+ (?:\[\d+\] )?|\[(?:rank|default|[A-Za-z_]+)\d+\]:|\[?\d{4}-\d\d-\d\d"
     r"|[IWEF]\d{4} \d\d:|Traceback \(most|  File \"|File \"[^\"]+\", line \d|frame #\d+:|terminate called |  what\(\): "
-    r"|\[[IWEF] [\w.]+:\d+\] |[\w.-]+: |Exception raised from |[\w.]*(?:Error|Exception|Warning|Interrupt|Exit)(?::|$)|NCCL (?:INFO|WARN|version)"
+    r"|\[[IWEF] [\w.]+:\d+\] |[A-Za-z][\w.]*[\d-][\w.-]*: |Exception raised from |[\w.]*(?:Error|Exception|Warning|Interrupt|Exit)(?::|$)|NCCL (?:INFO|WARN|version)"
     r"|Last error:|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)[: ]|\d\d:\d\d:\d\d|[\w./-]+\.(?:cc|cu|h|cpp|c|py):\d+ "
     r"|\s*\d{1,5}: |\*{3} |={3,}|-{3,}|\$ |\(\w+ pid=")
 # Heads that never start indented in a real log: a stray indent in front of them is the paste's.
@@ -57,7 +57,9 @@ _FLUSH_HEADS = re.compile(
     r"|terminate called |[\w.-]+:\d+:\d+ \[\d+\] NCCL |[IWEF]\d{4} \d\d:\d\d:\d\d)")
 _EXC = re.compile(r"[\w.]*(?:Error|Exception|Interrupt)(?::|$)")
 _FRAME = re.compile(r"\s*File \"[^\"]*\", line \d+")
-_NCCL_RESULT = re.compile(r"nccl[A-Z]\w*: ")
+# ncclResult_t names as torch prints them before "Last error:" (the detail after it may start "ncclSocketInit: ").
+_NCCL_RESULT = re.compile(r"nccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument|InvalidUsage"
+                          r"|RemoteError|InProgress|Timeout): ")
 # An ISO date-time or a glog "I1201 13:53:17.123" head; compared as text (one paste uses one format).
 _TIME = re.compile(r"(?:\d{4}-\d\d-\d\d[ T_]|(?<!\w)[IWEF]\d{4} )\d\d:\d\d:\d\d(?:[.,]\d+)?")
 # A second record glued into a line: another rank's "[rankN]:" or another process's NCCL prefix.
@@ -217,7 +219,8 @@ def plan_for(lines: list[str]) -> Plan | None:
     if text.find("`") >= 0 and "```" in text or text.find("~") >= 0 and "~~~" in text:
         plan.fences = any(_FENCE.match(s) for s in lines if "``" in s or "~~" in s)
     if text.find("&") >= 0:
-        plan.html = "&lt;" in text or "&gt;" in text or ("&quot;" in text or "&#39;" in text) and '"' not in text
+        plan.html = "&lt;" in text or "&gt;" in text or "&quot;" in text and '"' not in text \
+            or ("&#39;" in text or "&#x27;" in text) and "'" not in text
     if plan.fences or plan.html or "</" in near:
         low = text.lower()
         plan.tags = any(t in low for t in _TAG_MARKS)
@@ -226,12 +229,12 @@ def plan_for(lines: list[str]) -> Plan | None:
     if text[:1] == ">" or "\n>" in near or "\n >" in near:
         nonempty = [s for s in lines if s.strip()]
         quoted = sum(1 for s in nonempty if s.lstrip(" \t")[:1] == ">")
-        plan.quotes = quoted >= 2 and (quoted * 5 >= len(nonempty) or ">>" in text or "> >" in text)
+        plan.quotes = quoted == len(nonempty) or quoted >= 2 and (quoted * 5 >= len(nonempty) or ">>" in text)
     first = _first_nonempty(lines)
     if first[:1] in " \t":
         nonempty = nonempty or [s for s in lines if s.strip()]
         indented = sum(1 for s in nonempty if s[:1] in " \t")
-        plan.indent = len(nonempty) >= 2 and indented * 10 >= len(nonempty) * 9
+        plan.indent = indented * 10 >= len(nonempty) * 9
     if first[:1].isdigit() or first[:1] in " \t" and first.lstrip()[:1].isdigit():
         nonempty = nonempty or [s for s in lines if s.strip()]
         plan.gutter = _has_gutter(nonempty)
@@ -271,8 +274,8 @@ def _content(lines: list[str], plan: Plan) -> list[str]:
 
 def _has_gutter(nonempty: list[str]) -> bool:
     """Most lines behind a number that counts up by one (never backwards, unlike srun's rank labels)."""
-    if len(nonempty) < 3:
-        return False
+    if len(nonempty) < 3 and not all(_GUTTER.match(s) and s.lstrip()[:2] in ("1 ", "1\t", "1|") for s in nonempty[:1]):
+        return False  # a short paste: only "1 | ..." / "1<TAB>..." (srun's "1: " is a rank label)
     prev = None
     up = down = hits = 0
     for s in nonempty:
@@ -355,14 +358,14 @@ def _common_ws(block: list[str]) -> str:
 
 def _wrapped(lines: list[str]) -> bool:
     """Lines cut at one width: several lines exactly as long as the longest, mostly followed by a non-record."""
-    if len(lines) < 3:
+    if len(lines) < 2:
         return False
     lengths = list(map(len, lines))
     width = max(lengths)
     if width < 60:
         return False
     hits = lengths.count(width) - (lengths[-1] == width)
-    if hits < (2 if width in _WIDTHS else 3):
+    if hits < (1 if width in _WIDTHS else 3):
         return False
     at: list[int] = []
     i = -1
@@ -373,7 +376,8 @@ def _wrapped(lines: list[str]) -> bool:
             break
         at.append(i)
     cont = sum(1 for i in at if _continues(lines[i + 1]))
-    return cont * 2 > len(at)
+    # at a usual terminal width one wrapped line is enough; at another width, most of several
+    return cont * 2 >= len(at) if hits < 3 else cont * 2 > len(at)
 
 
 def _continues(s: str) -> bool:
@@ -465,13 +469,18 @@ def _reversal_hint(text: str) -> bool:
             le = text.find("\n", p)
             le = len(text) if le < 0 else le
             if mark[0] == "F":
-                prev_end = ls - 1
-                prev = text[text.rfind("\n", 0, max(prev_end, 0)) + 1:prev_end].strip() if prev_end > 0 else ""
-                if prev and _EXC.match(prev) and not prev.startswith("Traceback"):
-                    return True
+                end = ls - 1
+                for _ in range(2):  # the exception line, then the frame's code line, then the frame (bottom-up)
+                    if end <= 0:
+                        break
+                    start = text.rfind("\n", 0, end) + 1
+                    prev = _unwrap(text[start:end])
+                    if prev and _EXC.match(prev) and not prev.startswith("Traceback"):
+                        return True
+                    end = start - 1
                 continue
             nxt_end = text.find("\n", le + 1)
-            nxt = text[le + 1:len(text) if nxt_end < 0 else nxt_end].strip()
+            nxt = _unwrap(text[le + 1:len(text) if nxt_end < 0 else nxt_end])
             if mark[0] == "T":
                 if nxt and not _FRAME.match(nxt):
                     prev = text[text.rfind("\n", 0, max(ls - 1, 0)) + 1:max(ls - 1, 0)].strip()
@@ -482,9 +491,17 @@ def _reversal_hint(text: str) -> bool:
     return False
 
 
+_WRAPPER = re.compile(r"\s*(?:\[[\w|.-]+\]: ?|\d{1,5}: )*")
+
+
+def _unwrap(s: str) -> str:
+    """A line without its launcher prefixes ("[trainer0|0]:", "[rank3]: ", srun's "3: "), stripped."""
+    return s[_WRAPPER.match(s).end():].strip()
+
+
 def _reversed(rows: list[list]) -> bool:
     """Pasted bottom-up: tracebacks close with their header, frames follow the exception, times go down."""
-    texts = [r[1].strip() for r in rows if r[1].strip()]
+    texts = [_unwrap(r[1]) for r in rows if r[1].strip()]
     back = fwd = 0
     for i, s in enumerate(texts):
         nxt = texts[i + 1] if i + 1 < len(texts) else ""
