@@ -11,7 +11,8 @@ A plan yields ``(lineno, text, raw, truncated)``: ``text`` is what the grammars 
 it is in the file (evidence quotes it), ``lineno`` its number in the file. Decoration lines (fences, tags) come
 out as blank text (they end a block, as a blank line would); elisions are dropped so a traceback cut by
 ``[...]`` stays one block; a hard-wrapped line and its continuations come out once, under the first line's
-number; a line that holds two ranks' output comes out once per part, both under its number.
+number (its ``raw`` is that first line as it is in the file with the rest of the message appended); a line
+that holds two ranks' output comes out once per part, both under its number.
 """
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ _AUTOLINK = re.compile(r"\[([^\[\]()\s]+)\]\((?:https?://)?([^()\s]+?)/?\)")
 _RECORD = re.compile(
     r"(?:\[[^\]]{1,40}\] ?)?[\w.-]+:\d+:\d+ (?:\[\d+\] )?|\[(?:rank|default|[A-Za-z_]+)\d+\]:|\[?\d{4}-\d\d-\d\d"
     r"|[IWEF]\d{4} \d\d:|Traceback \(most|  File \"|File \"[^\"]+\", line \d|frame #\d+:|terminate called |  what\(\): "
-    r"|\[[IWEF] [\w.]+:\d+\] |[A-Za-z][\w.]*[\d-][\w.-]*: |Exception raised from |[\w.]*(?:Error|Exception|Warning|Interrupt|Exit)(?::|$)|NCCL (?:INFO|WARN|version)"
+    r"|\[[IWEF] [\w.]+:\d+\] |[A-Za-z][\w.]*[\d-][\w.-]*: |Exception raised from |[A-Za-z_][\w.]*(?:Error|Exception|Warning|Interrupt|Exit)(?::|$)|NCCL (?:INFO|WARN|version)"
     r"|Last error:|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)[: ]|\d\d:\d\d:\d\d|[\w./-]+\.(?:cc|cu|h|cpp|c|py):\d+ "
     r"|\s*\d{1,5}: |\*{3} |={3,}|-{3,}|\$ |\(\w+ pid=")
 # Heads that never start indented in a real log: a stray indent in front of them is the paste's.
@@ -65,6 +66,10 @@ _TIME = re.compile(r"(?:\d{4}-\d\d-\d\d[ T_]|(?<!\w)[IWEF]\d{4} )\d\d:\d\d:\d\d(
 # A second record glued into a line: another rank's "[rankN]:" or another process's NCCL prefix.
 _GLUED_RANK = re.compile(r"\[rank\d+\]:")
 _TWO_NCCL = re.compile(r" NCCL (?:INFO|WARN) [^\n]* NCCL (?:INFO|WARN) ")
+# Launcher prefixes outside the job's own text (sources.py strips them): kubectl time, srun label, torchrun tag.
+_K8S_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d) ")
+_LAUNCH = re.compile(r"(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d) )?(?: {0,4}\d{1,5}: )?"
+                     r"(?:\[[A-Za-z_][\w-]*?\d+(?:\|\d+)?\]:)?(?:\[rank\d+\]: ?)?")
 #: Terminal / viewer widths a hard wrap is believed at even when only two lines show it.
 _WIDTHS = frozenset((80, 100, 120, 132, 160, 200))
 _FLAGS = ("html", "fences", "tags", "quotes", "gutter", "indent", "elisions", "links", "glued", "wrap")
@@ -157,10 +162,12 @@ class Plan:
             _dedent(rows)
         for r in rows:
             s = r[1]
-            if s[:1] in " \t":
-                m = _FLUSH_HEADS.match(s)
+            cut = _LAUNCH.match(s).end() if s[:1] not in " \t" else 0
+            if s[cut:cut + 1] in (" ", "\t"):
+                # a stray indent before a head that never starts indented (also behind a launcher prefix)
+                m = _FLUSH_HEADS.match(s, cut)
                 if m:
-                    r[1] = s = s[m.end():]
+                    r[1] = s = s[:cut] + s[m.end():]
             if self.elisions and s and _ELISION.match(s):
                 r[4] = 2
 
@@ -214,6 +221,9 @@ def plan_for(lines: list[str]) -> Plan | None:
     if not lines:
         return None
     text = "\n".join(lines)
+    if text.find("\x1b") >= 0:  # colour codes: judge the text a terminal shows
+        lines = [_printable(s) for s in lines]
+        text = "\n".join(lines)
     near = text[:_CLOSE_BYTES]
     plan = Plan()
     if text.find("`") >= 0 and "```" in text or text.find("~") >= 0 and "~~~" in text:
@@ -375,7 +385,7 @@ def _wrapped(lines: list[str]) -> bool:
         except ValueError:
             break
         at.append(i)
-    cont = sum(1 for i in at if _continues(lines[i + 1]))
+    cont = sum(1 for i in at if _continuation(lines[i], lines[i + 1]) is not None)
     # at a usual terminal width one wrapped line is enough; at another width, most of several
     return cont * 2 >= len(at) if hits < 3 else cont * 2 > len(at)
 
@@ -384,18 +394,37 @@ def _continues(s: str) -> bool:
     return bool(s) and not s.startswith("  ") and not s.isspace() and _RECORD.match(s) is None
 
 
+def _continuation(prev: str, nxt: str) -> int | None:
+    """Where the rest of ``prev`` starts in ``nxt`` when ``nxt`` continues it (else None).
+
+    A terminal wraps the finished line, so the continuation has no launcher prefix; a worker's own console
+    (rich, loguru at 80 columns) wraps before torchrun --tee / srun --label / kubectl add theirs, so each piece
+    has the same prefix as the one before (a kubectl time may differ): then the rest starts after it.
+    """
+    cut = _LAUNCH.match(nxt).end()
+    if cut:
+        head = _LAUNCH.match(prev).end()
+        if not head or _K8S_TIME.sub("", prev[:head]) != _K8S_TIME.sub("", nxt[:cut]):
+            return None
+    return cut if _continues(nxt[cut:]) else None
+
+
 def _rejoin(rows: list[list]) -> list[list]:
     width = max((len(r[1]) for r in rows), default=0)
     out: list[list] = []
-    joining = False
+    last = ""  # the physical line the joined row ends with
     for r in rows:
-        if joining and _continues(r[1]):
-            prev = out[-1]
-            prev[1] += r[1]
-            joining = len(r[1]) == width
-            continue
+        if len(last) == width and out:
+            cut = _continuation(last, r[1])
+            if cut is not None:
+                # the evidence quotes the first line as it is in the file, with the rest of the message after it
+                # (rules read the whole message: "... insufficient for CUDA runtime" / " version'")
+                out[-1][1] += r[1][cut:]
+                out[-1][2] += r[1][cut:]
+                last = r[1]
+                continue
         out.append(r)
-        joining = len(r[1]) == width
+        last = r[1]
     return out
 
 
@@ -491,7 +520,7 @@ def _reversal_hint(text: str) -> bool:
     return False
 
 
-_WRAPPER = re.compile(r"\s*(?:\[[\w|.-]+\]: ?|\d{1,5}: )*")
+_WRAPPER = re.compile(r"\s*(?:\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d) )?(?:\[[\w|.-]+\]: ?|\d{1,5}: )*")
 
 
 def _unwrap(s: str) -> str:
