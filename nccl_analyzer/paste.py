@@ -56,6 +56,7 @@ _RECORD = re.compile(
 _FLUSH_HEADS = re.compile(
     r"[ \t]+(?=Last error:|Traceback \(most recent call last\):|NCCL (?:INFO|WARN) |\[rank\d+\]:|\[default\d+\]:"
     r"|terminate called |[\w.-]+:\d+:\d+ \[\d+\] NCCL |[IWEF]\d{4} \d\d:\d\d:\d\d)")
+_TRACE = re.compile(r"NCCL INFO \S+:\d+(?: \(\w+\))? -> \d")
 _EXC = re.compile(r"[\w.]*(?:Error|Exception|Interrupt)(?::|$)")
 _FRAME = re.compile(r"\s*File \"[^\"]*\", line \d+")
 # ncclResult_t names as torch prints them before "Last error:" (the detail after it may start "ncclSocketInit: ").
@@ -72,7 +73,7 @@ _LAUNCH = re.compile(r"(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:
                      r"(?:\[[A-Za-z_][\w-]*?\d+(?:\|\d+)?\]:)?(?:\[rank\d+\]: ?)?")
 #: Terminal / viewer widths a hard wrap is believed at even when only two lines show it.
 _WIDTHS = frozenset((80, 100, 120, 132, 160, 200))
-_FLAGS = ("html", "fences", "tags", "quotes", "gutter", "indent", "elisions", "links", "glued", "wrap")
+_FLAGS = ("html", "fences", "tags", "quotes", "gutter", "indent", "elisions", "links", "glued", "wrap", "stray")
 
 
 @dataclass(slots=True)
@@ -89,6 +90,7 @@ class Plan:
     links: bool = False
     glued: bool = False
     wrap: bool = False
+    stray: bool = False
     hosts: frozenset[str] = frozenset()  # NCCL host names seen at line starts (where a glued head begins)
     count: int = 0  # lines read so far (sources.iter_source reports it as the source's line count)
 
@@ -158,8 +160,12 @@ class Plan:
             r[1] = s
         if self.gutter:
             _strip_gutter(rows)
+        if self.elisions:
+            for r in rows:
+                if r[1] and _ELISION.match(r[1]):
+                    r[4] = 2
         if self.indent or self.fences or self.quotes or self.tags:
-            _dedent(rows)
+            _dedent([r for r in rows if r[4] != 2])  # an elision inside an indented block does not split it
         for r in rows:
             s = r[1]
             cut = _LAUNCH.match(s).end() if s[:1] not in " \t" else 0
@@ -167,9 +173,7 @@ class Plan:
                 # a stray indent before a head that never starts indented (also behind a launcher prefix)
                 m = _FLUSH_HEADS.match(s, cut)
                 if m:
-                    r[1] = s = s[:cut] + s[m.end():]
-            if self.elisions and s and _ELISION.match(s):
-                r[4] = 2
+                    r[1] = s[:cut] + s[m.end():]
 
 
 def _printable(s: str) -> str:
@@ -252,7 +256,10 @@ def plan_for(lines: list[str]) -> Plan | None:
         plan.elisions = any(_ELISION.match(s) for s in lines if len(s) < 48 and ("." in s or "\u2026" in s or "snip" in s))
     if "]:[rank" in near and _RANK_RANK.search(text):
         plan.glued = True
-    decorated = plan.fences or plan.tags or plan.html or plan.quotes or plan.indent or plan.gutter or plan.links
+    # a stray indent before "Last error:" (GitHub keeps one leading space of a re-flowed traceback)
+    plan.stray = "\n Last error:" in near or text.startswith(" Last error:")
+    decorated = plan.fences or plan.tags or plan.html or plan.quotes or plan.indent or plan.gutter or plan.links \
+        or plan.stray
     if decorated or plan.glued:
         # a paste may also hold another process's NCCL line written into an unfinished one
         plan.hosts = frozenset(m.group(1) for m in map(_LINE_HOST.match, lines) if m)
@@ -467,7 +474,7 @@ def _unglue(text: str, hosts: frozenset[str] = frozenset()) -> list[str] | None:
 
 
 _RANK_ONLY = re.compile(r"\[rank\d+\]:")
-_HEAD_BEFORE = re.compile(r"([\w.-]+):\d+:\d+ \[\d+\]$")
+_HEAD_BEFORE = re.compile(r"([\w.-]+):\d+:\d+ \[\d+\](?: [^\s:()]+:\d+(?: \([^()\s]*\))?)?$")
 _LINE_HOST = re.compile(r"(?:\[[^\]]{1,40}\] ?)?([A-Za-z][\w.-]*):\d+:\d+ \[\d+\] NCCL ")
 
 
@@ -488,7 +495,7 @@ def _reversed_text(text: str, lines: list[str]) -> bool:
 def _reversal_hint(text: str) -> bool:
     """A traceback header right after a frame, ``Last error:`` before its ``ncclXxx:`` line, or an exception
     line just above a frame (the first few of each)."""
-    for mark in ("Traceback (most recent call last)", "Last error:", 'File "'):
+    for mark in ("Traceback (most recent call last)", "Last error:", 'File "', "NCCL WARN "):
         p = -1
         for _ in range(4):
             p = text.find(mark, p + 1)
@@ -510,7 +517,12 @@ def _reversal_hint(text: str) -> bool:
                 continue
             nxt_end = text.find("\n", le + 1)
             nxt = _unwrap(text[le + 1:len(text) if nxt_end < 0 else nxt_end])
-            if mark[0] == "T":
+            if mark[0] == "N":
+                # the line above a WARN is its return-code chain: bottom-up (the chain follows the WARN)
+                prev = _unwrap(text[text.rfind("\n", 0, max(ls - 1, 0)) + 1:max(ls - 1, 0)]) if ls else ""
+                if _TRACE.search(prev) and not _TRACE.search(nxt):
+                    return True
+            elif mark[0] == "T":
                 if nxt and not _FRAME.match(nxt):
                     prev = text[text.rfind("\n", 0, max(ls - 1, 0)) + 1:max(ls - 1, 0)].strip()
                     if _FRAME.match(prev) or prev[:1] in "\"'" or prev.endswith(")"):
@@ -544,6 +556,12 @@ def _reversed(rows: list[list]) -> bool:
                 back += 1
             elif i and _NCCL_RESULT.match(texts[i - 1]):
                 fwd += 1
+        elif " NCCL WARN " in s or s.startswith("NCCL WARN "):
+            # NCCL prints a WARN, then its return-code chain "NCCL INFO misc/socket.cc:570 -> 2" (NCCLCHECK)
+            if _TRACE.search(nxt):
+                fwd += 1
+            elif i and _TRACE.search(texts[i - 1]):
+                back += 1
         elif _EXC.match(s):
             after = texts[i + 1:i + 3]
             if after and any(_FRAME.match(a) for a in after) and not any(a.startswith("Traceback") for a in after):
