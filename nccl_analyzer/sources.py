@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
+from . import paste
 from .errors import InputError
 from .model import Line
 
@@ -362,7 +363,17 @@ def iter_source(src: Source) -> Iterator[Line]:
     stream = open_binary(src)
     lineno = 0
     try:
-        for s, truncated in read_text_lines(stream, src):
+        items, plan = paste.detect(read_text_lines(stream, src))
+        if plan is not None:
+            # A pasted log (indented, quoted, fenced, wrapped, reversed, ...): paste.py undoes that; the line
+            # keeps its number and its text as in the file for the evidence.
+            for lineno, s, raw, truncated in plan.normalise(items):
+                line = clean_text(s, src, lineno, truncated)
+                line.raw = raw
+                yield line
+            lineno = plan.count
+            items = ()
+        for s, truncated in items:
             lineno += 1
             yield clean_text(s, src, lineno, truncated)
     finally:

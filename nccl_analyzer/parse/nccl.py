@@ -42,6 +42,16 @@ _LOOSE_RE = re.compile(r"\bNCCL (INFO|WARN|TRACE|CALL|ABORT)\b")
 # What may be left of a cut prefix in front of the marker: "[3] include/shm.h:28" (nccl#525: the user pasted
 # the lines without their host:pid:tid).
 _CUT_HEAD_RE = re.compile(r"(?:.*?\[(?P<dev>\d+)\] ?)?(?:(?P<file>[^\s:()\[\]]+):(?P<line>\d+)(?: \((?P<func>[^()\s]*)\))?)? ?$")
+# Text before "NCCL WARN" that makes the line a sentence, not a log line: a quote mark or backtick right before
+# the marker, or two words ("I get the error `NCCL WARN ...`", "we see NCCL WARN ... on every node").
+_PROSE_RE = re.compile(r"[`'\"\u201c\u2018]\s*$|(?:^|\s)[A-Za-z][a-z]*,?\s+[A-Za-z][a-z]+(?:[\s,:]|$)")
+
+
+def _prose(before: str) -> bool:
+    """True when the text in front of an NCCL level marker is words of a sentence (not a cut prefix)."""
+    return _CUT_HEAD_RE.match(before) is None and _PROSE_RE.search(before) is not None
+
+
 # NCCL <= 2.2 printed the level without "NCCL" ("host:pid:tid [0] include/socket.h:360 WARN Call to connect
 # failed", nccl-tests#15), and users often paste a WARN without its prefix ("include/socket.h:344 WARN Socket
 # creation failed ...", nccl#210). Both need a source file with a C/C++/CUDA extension (or the full
@@ -1027,7 +1037,19 @@ class NcclParser:
         lm = _LOOSE_RE.search(line.text)
         if lm is None:
             return None
+        before = line.text[:lm.start()]
+        if before and _prose(before):
+            return None  # "I get `NCCL WARN ...` when ...": NCCL text quoted in a sentence is not a log line
         msg = line.text[lm.end():].strip()
+        if lm[1] == "INFO" and _CUT_HEAD_RE.match(before):
+            # An INFO line pasted without its host:pid:tid ("NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC",
+            # "[3] NCCL INFO NET/IB : No device found."): typed like a full one.
+            kind, rank, fields = _parse_shaped("INFO", msg)
+            hm = _CUT_HEAD_RE.match(before)
+            fields["prefix"] = "partial"
+            return Event(kind=kind, path=line.path, line=line.lineno, text=line.raw,
+                         rank=line.rank if rank is None else rank, cuda_dev=int(hm["dev"]) if hm["dev"] else None,
+                         time=line.time, fields=fields)
         if lm[1] == "WARN":
             # The prefix was cut but the WARN text is one NCCL prints: type it (prefix: "partial"), so that the
             # rules see it; a body that is not a known WARN shape stays nccl.unparsed.
