@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Iterator
 
 __version__ = "0.1.0"
-__all__ = ["analyze", "load_events", "iter_events", "render", "__version__"]
+__all__ = ["analyze", "load_events", "iter_events", "__version__"]
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas
@@ -81,19 +81,3 @@ def iter_events(paths: "Inputs", keep_text: bool = True, stdin_name: str = "-") 
     from .export import iter_events as _iter_events
 
     return _iter_events(paths, keep_text=keep_text, stdin_name=stdin_name)
-
-
-def render(diagnosis: "Diagnosis", fmt: str = "text", *, verbose: bool = False) -> str:
-    """The report for ``diagnosis`` as a string.
-
-    Args:
-        diagnosis: what ``analyze`` returned.
-        fmt: ``"text"``, ``"json"`` (CONTRACT.md), ``"markdown"`` or ``"html"`` (one self-contained page).
-        verbose: text/markdown: every finding, the per-rank table and the job summary.
-
-    Returns:
-        The rendered report (no colour codes).
-    """
-    from .render import render as _render
-
-    return _render(diagnosis, fmt, verbose=verbose, color=False)

@@ -9,6 +9,7 @@ from .diagnose import diagnose, pick_root
 from .engine.loader import Rule, load_rules
 from .engine.run import Hit, Matcher, make_fix, render_template
 from .job import JobBuilder, time_key
+from .jobs import JobSplitCheck
 from .model import Diagnosis, Event, InputInfo, Line, RootCause
 from .errors import InputError
 from .sources import Inputs, Source, as_specs, clean_line, expand_inputs, iter_source, nothing_to_analyze, sniff_source
@@ -44,6 +45,7 @@ class Analyzer:
         self._prov_dirty = True
         self._finished: Diagnosis | None = None
         self._extra = {"text": 0, "compacted": 0, "parser_errors": 0}  # counts from worker processes (run_parallel)
+        self._jobs = JobSplitCheck()  # inputs that look like separate jobs -> a warning
 
     # -- input ----------------------------------------------------------------------------------------------
     def add_sources(self, sources: list[Source]) -> None:
@@ -65,6 +67,7 @@ class Analyzer:
         """Fold an already-parsed event (e.g. from an events export) into the job model and matcher."""
         self.builder.add(ev)
         self.matcher.add(ev)
+        self._jobs.observe(ev)
         self._prov_dirty = True
         if len(self._sample) < SAMPLE_CAP and not ev.kind.startswith(_QUIET_KINDS):
             self._sample.append(ev)
@@ -167,6 +170,7 @@ class Analyzer:
         hits = self.matcher.hits(self.builder)
         verdict = diagnose(hits, self.builder)
         inputs, warnings = self._inputs()
+        warnings.extend(self._jobs.warnings())
         stats = {
             "lines": sum(i.lines for i in inputs),
             "events": self.builder.events,

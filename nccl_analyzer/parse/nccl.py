@@ -547,6 +547,10 @@ def _run(start: str, text: str) -> tuple[str, dict[str, Any]] | None:
         return body_parser().parse(text, start=start)
     except UnexpectedInput:
         return None
+    except (ValueError, IndexError):
+        # The transformer runs inside the LALR parse (no tree), so its errors arrive unwrapped: a value the
+        # grammar let through but int() refuses ("rank --1" in a mangled log) makes the line a generic event.
+        return None
     except VisitError as exc:  # a transformer bug: unwrap it; a value the grammar let through is not a crash
         if isinstance(exc.orig_exc, (ValueError, IndexError)):
             return None
