@@ -22,6 +22,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -211,6 +212,18 @@ def make_input(rng: random.Random, seeds: list[bytes], ops: list[str] | None = N
 
 # ------------------------------------------------------------------------------------------------ running
 
+#: An input that takes longer than this (on a loaded 2-core machine a normal one takes < 1 s) is a hang.
+HANG_S = 60.0
+
+
+class Hang(Exception):
+    """Raised by SIGALRM inside a run that took more than ``HANG_S``."""
+
+
+def _hang(signum, frame):
+    raise Hang(f"more than {HANG_S:.0f} s")
+
+
 @dataclass
 class Outcome:
     ok: bool
@@ -233,7 +246,16 @@ def run_input(inp: Input, workdir: Path, runner=None) -> Outcome:
         p = workdir / name
         p.write_bytes(data)
         paths.append(str(p))
-    res = runner.invoke(main, [*paths, *inp.args], catch_exceptions=True)
+    old = signal.signal(signal.SIGALRM, _hang)
+    signal.setitimer(signal.ITIMER_REAL, HANG_S)
+    try:
+        res = runner.invoke(main, [*paths, *inp.args], catch_exceptions=True)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    if isinstance(res.exception, Hang):
+        return Outcome(False, None, f"hang: no verdict after {HANG_S:.0f} s: "
+                                    f"{''.join(traceback.format_exception(res.exception))[-1500:]}")
     out, err = res.stdout, res.stderr
     if res.exception is not None and not isinstance(res.exception, SystemExit):
         tb = "".join(traceback.format_exception(res.exception))

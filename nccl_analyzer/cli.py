@@ -131,16 +131,27 @@ def analyze_cmd(inputs: tuple[str, ...], fmt: str, output: str | None, html_path
                 progress = Progress(sys.stderr)
             diagnosis = analyze(list(inputs), rules_dirs=rules_dirs, stdin_name=stdin_name, progress=progress)
         if reproduce:
-            diagnosis = _reproduce(diagnosis, verify_fix=verify_fix, dry_run=dry_run, timeout=repro_timeout,
-                                   quiet=quiet, rules_dirs=rules_dirs)
+            from .reproduce import ReproduceInterrupted
+
+            try:
+                diagnosis = _reproduce(diagnosis, verify_fix=verify_fix, dry_run=dry_run, timeout=repro_timeout,
+                                       quiet=quiet, rules_dirs=rules_dirs)
+            except ReproduceInterrupted as stop:
+                # Every process of the run was stopped; the report (reproduction INCONCLUSIVE) is still written.
+                click.echo(f"nccl-analyze: --reproduce {stop.reason}", err=True)
+                _emit(stop.diagnosis, fmt=fmt, output=output, html_path=html_path, redact=redact,
+                      verbose=verbose, to_stdout=not piping or quiet)
+                sys.exit(stop.exit_code)
         # In pipe mode stdout is the pass-through: the text verdict went to stderr (run_pipe), so only
         # -o / --html are written, unless --quiet freed stdout for the report.
         _emit(diagnosis, fmt=fmt, output=output, html_path=html_path, redact=redact, verbose=verbose,
               to_stdout=not piping or quiet)
     except AnalyzerError as exc:
         _fail(exc, show_traceback)
-    except KeyboardInterrupt:
-        sys.exit(int(ExitCode.INTERRUPTED))
+    except KeyboardInterrupt as exc:
+        # Ctrl-C: 130; SIGTERM/SIGHUP turned into an interruption by --reproduce: 128 + the signal.
+        signum = getattr(exc, "signum", None)
+        sys.exit(128 + int(signum) if signum else int(ExitCode.INTERRUPTED))
     except BrokenPipeError:
         _quiet_broken_pipe(_verdict_status(diagnosis))
     except OSError as exc:

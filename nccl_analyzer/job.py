@@ -11,6 +11,8 @@ from .model import Event, Evidence, JobModel, RankInfo
 TIMELINE_CAP = 64
 _PID_CAP = 65536
 _COMM_CAP = 4096
+#: Larger "nranks" / rank numbers are not a job's (the largest runs have ~10^5 ranks): a mangled number.
+MAX_WORLD = 1 << 20
 
 _VERSION_NUM = re.compile(r"(\d+\.\d+\.\d+)")
 _BANNER_VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+\S*)")
@@ -232,6 +234,8 @@ class JobBuilder:
             grank = self._pid_rank[key][0]
         else:
             grank = rank
+        if nranks > MAX_WORLD:
+            nranks = 0  # a mangled number (a log cut mid-digit, "nranks 99999999999"): no world size
         if self.job.world_size is None or nranks > self.job.world_size:
             self.job.world_size = nranks
         if comm not in self.job.communicators and len(self.job.communicators) < _COMM_CAP:
@@ -477,7 +481,7 @@ class JobBuilder:
                 job.backend = "nccl"
             elif any("gloo" in str(v) for v in self.tb_collectives.values()):
                 job.backend = "gloo"
-        if job.world_size is None and job.ranks:
+        if job.world_size is None and job.ranks and max(job.ranks) < MAX_WORLD:
             job.world_size = max(job.ranks) + 1
         for r, coll in self.collectives.items():
             info = self._rank(r)
