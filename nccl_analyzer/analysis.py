@@ -46,6 +46,7 @@ class Analyzer:
         self._finished: Diagnosis | None = None
         self._extra = {"text": 0, "compacted": 0, "parser_errors": 0}  # counts from worker processes (run_parallel)
         self._jobs = JobSplitCheck()  # inputs that look like separate jobs -> a warning
+        self._events_by_path: dict[str, int] = {}
 
     # -- input ----------------------------------------------------------------------------------------------
     def add_sources(self, sources: list[Source]) -> None:
@@ -68,6 +69,7 @@ class Analyzer:
         self.builder.add(ev)
         self.matcher.add(ev)
         self._jobs.observe(ev)
+        self._events_by_path[ev.path] = self._events_by_path.get(ev.path, 0) + 1
         self._prov_dirty = True
         if len(self._sample) < SAMPLE_CAP and not ev.kind.startswith(_QUIET_KINDS):
             self._sample.append(ev)
@@ -199,6 +201,8 @@ class Analyzer:
         out: list[InputInfo] = []
         seen = set()
         for s in self._sources:
+            s.events = self._events_by_path.get(s.path, 0)
+            s.finish_binary()
             seen.add(s.path)
             out.append(InputInfo(path=s.path, lines=max(s.lines, self._lines.get(s.path, 0)), warnings=tuple(s.warnings)))
             warnings.extend(f"{s.path}: {w}" for w in s.warnings)
@@ -231,7 +235,7 @@ def analyze(specs: Inputs, rules_dirs: Inputs = (), stdin_name: str = "-",
     rules_dirs = as_specs(rules_dirs)
     for src in sources:
         sniff_source(src)
-    text_sources = [s for s in sources if s.binary is None]
+    text_sources = [s for s in sources if s.skipped is None]
     a = Analyzer(rules_dirs=rules_dirs, rules=rules, env_rules=env_rules)
     a.add_sources(sources)
     total = 0
@@ -246,10 +250,11 @@ def analyze(specs: Inputs, rules_dirs: Inputs = (), stdin_name: str = "-",
     finally:
         if progress is not None:
             progress.done()
+    diagnosis = a.finish()
     empty = nothing_to_analyze(sources)
     if empty:
         raise InputError(empty)
-    return a.finish()
+    return diagnosis
 
 
 

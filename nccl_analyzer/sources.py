@@ -62,7 +62,9 @@ class Source:
     lines: int = 0
     warnings: list[str] = field(default_factory=list)
     srun: bool = False  # an srun --label prefix was seen: every later "N: " head is one (continuation lines too)
-    binary: str | None = None  # why the content is not a text log (then no line is read from it)
+    binary: str | None = None  # why the start looks binary (the lines are still read: text may follow junk)
+    skipped: str | None = None  # why nothing was read at all (an ELF file / core dump)
+    events: int = 0  # events the analysis got from this source (set at its end; decides a binary's fate)
     cut_lines: int = 0  # lines longer than MAX_LINE, cut to it
     first_cut: int = 0  # 1-based number of the first such line (0: none)
 
@@ -79,14 +81,34 @@ class Source:
                    f"(first: {self.path}:{self.first_cut}); the rest of each was not analyzed")
             if msg not in self.warnings:
                 self.warnings.append(msg)
-        if self.binary is None and self.lines == 0 and "input is empty" not in self.warnings:
+        if self.skipped is None and self.lines == 0 and "input is empty" not in self.warnings:
             self.warnings.append("input is empty")
+
+    def finish_binary(self) -> None:
+        """The warning for a source whose start looked binary, once its events are counted."""
+        if self.binary is None or self.skipped is not None:
+            return
+        if self.events:
+            msg = f"starts like binary data ({self.binary}); analyzed the {self.events} event(s) found in its text"
+        else:
+            msg = f"skipped: {self.binary}"
+        if msg not in self.warnings:
+            self.warnings.append(msg)
+
+    @property
+    def analyzable(self) -> bool:
+        """Whether the source gave the analysis anything: lines, and events too when it looked binary."""
+        return self.skipped is None and self.lines > 0 and (self.binary is None or self.events > 0)
 
 
 #: Share of control bytes / invalid UTF-8 in the first bytes above which a file is taken for binary.
 BINARY_SHARE = 0.30
 _SNIFF = 8192
 _BINARY_BYTES = bytes(b for b in range(32) if b not in (9, 10, 11, 12, 13, 27)) + b"\x7f"
+
+
+ELF_MAGIC = b"\x7fELF"
+ELF_WHY = "binary file (ELF executable or core dump), not a log"
 
 
 def sniff_binary(head: bytes) -> str | None:
@@ -98,10 +120,14 @@ def sniff_binary(head: bytes) -> str | None:
     sample = head[:_SNIFF]
     if not sample:
         return None
-    if sample[:4] == b"\x7fELF":
-        return "binary file (ELF executable or core dump), not a log"
+    if sample[:4] == ELF_MAGIC:
+        return ELF_WHY
     if sample[:2] in (b"\xff\xfe", b"\xfe\xff") or (len(sample) >= 64 and sample[1::2].count(0) > len(sample) * 2 // 5):
         return "UTF-16 text, not UTF-8 (convert it: iconv -f UTF-16 -t UTF-8 FILE > FILE.txt)"
+    # NULs alone are not binary: logrotate's copytruncate leaves a writer's old offset as a hole of NULs.
+    sample = sample.replace(b"\x00", b"")
+    if not sample:
+        return None
     bad = len(sample) - len(sample.translate(None, _BINARY_BYTES))
     text = sample.decode("utf-8", "replace")
     bad += text.count("\ufffd")
@@ -213,7 +239,8 @@ def open_binary(src: Source) -> BinaryIO:
 
 
 def sniff_source(src: Source) -> str | None:
-    """Read the first bytes of a file source and set ``src.binary`` (with a warning) when it is not text.
+    """Read the first bytes of a file source: set ``src.binary`` when they look binary, and ``src.skipped`` (with
+    a warning; nothing is read later) for an ELF file.
 
     Standard input is not sniffed here (its bytes cannot be read twice); ``read_text_lines`` checks it.
     """
@@ -232,16 +259,22 @@ def sniff_source(src: Source) -> str | None:
         return None  # read_text_lines reports the read error with what it could read
     finally:
         stream.close()
-    why = sniff_binary(head)
-    if why is not None:
-        src.binary = why
+    _mark_binary(src, sniff_binary(head))
+    return src.binary
+
+
+def _mark_binary(src: Source, why: str | None) -> None:
+    if why is None or src.binary is not None:
+        return
+    src.binary = why
+    if why == ELF_WHY:
+        src.skipped = why
         src.warnings.append(f"skipped: {why}")
-    return why
 
 
 def nothing_to_analyze(sources: list[Source]) -> str | None:
-    """The one-line reason when no source holds a single line of text (all empty or binary), else None."""
-    if any(s.lines and s.binary is None for s in sources):
+    """The one-line reason when no source gave the analysis anything (all empty or binary), else None."""
+    if any(s.analyzable for s in sources):
         return None
     why = [f"{s.path}: {s.binary or 'input is empty'}" for s in sources[:3]]
     more = f" (+{len(sources) - 3} more)" if len(sources) > 3 else ""
@@ -281,8 +314,8 @@ BLOCK = 1 << 20
 def read_text_lines(stream: BinaryIO, src: Source, sniff: bool = True) -> Iterator[tuple[str, bool]]:
     """Yield (decoded line without newline, truncated) reading 1 MiB blocks: bounded memory, fast.
 
-    With ``sniff`` the first block is checked for binary content (``sniff_binary``): a binary source
-    yields nothing and gets ``binary`` set and a warning. Lines over ``MAX_LINE`` are cut and counted
+    With ``sniff`` the first block is checked for binary content (``sniff_binary``): ``binary`` is set (the
+    lines are still read: a log may follow junk); an ELF file yields nothing and gets ``skipped``. Lines over ``MAX_LINE`` are cut and counted
     (``Source.note_cut``).
 
     Decoding a whole block at once is several times cheaper than per line; blocks are cut after their last
@@ -313,11 +346,8 @@ def read_text_lines(stream: BinaryIO, src: Source, sniff: bool = True) -> Iterat
                     if not more:
                         break
                     block += more
-                why = sniff_binary(block)
-                if why is not None:
-                    src.binary = why
-                    if why not in src.warnings:
-                        src.warnings.append(f"skipped: {why}")
+                _mark_binary(src, sniff_binary(block))
+                if src.skipped is not None:
                     return
             if skipping:
                 nl = block.find(b"\n")
