@@ -173,7 +173,7 @@ class JobBuilder:
             return
         info = self._rank(r)
         if info.first_error is None:
-            info.first_error = Evidence(ev.path, ev.line, ev.text)
+            info.first_error = _error_evidence(ev)
             info.first_error_kind = ev.kind
             self.error_ranks[r] = (time_key(ev.time), self.events)
             self._timeline(ev, "first error")
@@ -523,6 +523,21 @@ def traceback_collective(ev: Event) -> str | None:
             if m and m.group(1) in COLLECTIVE_FUNCS:
                 name = m.group(1)
     return name
+
+
+def _error_evidence(ev: Event) -> Evidence:
+    """The line that says what went wrong: for a traceback its exception line (``torch.OutOfMemoryError: ...``),
+    not its first (``Traceback (most recent call last):``)."""
+    lines = ev.get("lines")
+    numbers = ev.get("line_numbers")
+    exc = str(ev.get("exc_type") or "")
+    if ev.kind == "python.traceback" and exc and isinstance(lines, list) and isinstance(numbers, list) \
+            and len(lines) == len(numbers):
+        short = exc.rsplit(".", 1)[-1]
+        for text, n in zip(reversed(lines), reversed(numbers)):
+            if isinstance(text, str) and isinstance(n, int) and (exc in text or f"{short}:" in text):
+                return Evidence(ev.path, n, text)
+    return Evidence(ev.path, ev.line, ev.text)
 
 
 _HANDLERS = {
