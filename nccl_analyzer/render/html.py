@@ -52,8 +52,8 @@ def _environment() -> Environment:
 
 def ident(value: Any) -> Markup:
     """An identifier (``invalid_usage``, ``nccl-duplicate-gpu``, ``nccl.warn.socket``) that a narrow column may
-    wrap only after ``_``, ``-``, ``.`` or ``/`` (a ``<wbr>``, which copying leaves out), never mid-word."""
-    parts = re.split(r"(?<=[_.\-/])", view.neutralize(value))
+    wrap only after ``_ - . / : = ,`` (a ``<wbr>``, which copying leaves out), never mid-word."""
+    parts = re.split(r"(?<=[_.\-/:=,])", view.neutralize(value))
     return Markup("<wbr>").join(parts)  # join escapes every part
 
 
