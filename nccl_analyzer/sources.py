@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator, Union
 
+from .binary import SNIFF_BYTES, ELF_WHY, sniff_binary
 from .errors import InputError
 from .model import Line
 
@@ -99,41 +100,6 @@ class Source:
     def analyzable(self) -> bool:
         """Whether the source gave the analysis anything: lines, and events too when it looked binary."""
         return self.skipped is None and self.lines > 0 and (self.binary is None or self.events > 0)
-
-
-#: Share of control bytes / invalid UTF-8 in the first bytes above which a file is taken for binary.
-BINARY_SHARE = 0.30
-_SNIFF = 8192
-_BINARY_BYTES = bytes(b for b in range(32) if b not in (9, 10, 11, 12, 13, 27)) + b"\x7f"
-
-
-ELF_MAGIC = b"\x7fELF"
-ELF_WHY = "binary file (ELF executable or core dump), not a log"
-
-
-def sniff_binary(head: bytes) -> str | None:
-    """Why ``head`` (the first bytes of an input) is not a text log, or None when it looks like text.
-
-    A log with a few NULs, ANSI codes or mangled UTF-8 stays text; an ELF/core file, an archive, random
-    bytes or UTF-16 do not (UTF-16 gets a hint how to convert it).
-    """
-    sample = head[:_SNIFF]
-    if not sample:
-        return None
-    if sample[:4] == ELF_MAGIC:
-        return ELF_WHY
-    if sample[:2] in (b"\xff\xfe", b"\xfe\xff") or (len(sample) >= 64 and sample[1::2].count(0) > len(sample) * 2 // 5):
-        return "UTF-16 text, not UTF-8 (convert it: iconv -f UTF-16 -t UTF-8 FILE > FILE.txt)"
-    # NULs alone are not binary: logrotate's copytruncate leaves a writer's old offset as a hole of NULs.
-    sample = sample.replace(b"\x00", b"")
-    if not sample:
-        return None
-    bad = len(sample) - len(sample.translate(None, _BINARY_BYTES))
-    text = sample.decode("utf-8", "replace")
-    bad += text.count("\ufffd")
-    if bad > BINARY_SHARE * len(text):
-        return f"binary data, not a log ({100 * bad // max(len(text), 1)}% control bytes or invalid UTF-8)"
-    return None
 
 
 #: What the library API takes as inputs: one path (str or os.PathLike) or an iterable of them.
@@ -250,8 +216,8 @@ def sniff_source(src: Source) -> str | None:
     try:
         head = b""
         read = getattr(stream, "read1", stream.read)
-        while len(head) < _SNIFF:
-            piece = read(_SNIFF)
+        while len(head) < SNIFF_BYTES:
+            piece = read(SNIFF_BYTES)
             if not piece:
                 break
             head += piece
@@ -337,7 +303,7 @@ def read_text_lines(stream: BinaryIO, src: Source, sniff: bool = True) -> Iterat
                 break
             if first:
                 first = False
-                while len(block) < _SNIFF:  # read1 may return a short first piece (gzip, pipes)
+                while len(block) < SNIFF_BYTES:  # read1 may return a short first piece (gzip, pipes)
                     try:
                         more = read(BLOCK)
                     except (EOFError, zlib.error, gzip.BadGzipFile, OSError) as exc:
