@@ -9,8 +9,10 @@ from .diagnose import diagnose, pick_root
 from .engine.loader import Rule, load_rules
 from .engine.run import Hit, Matcher, make_fix, render_template
 from .job import JobBuilder, time_key
+from .jobs import JobSplitCheck
 from .model import Diagnosis, Event, InputInfo, Line, RootCause
-from .sources import Source, clean_line, expand_inputs, iter_source
+from .errors import InputError
+from .sources import Inputs, Source, as_specs, clean_line, expand_inputs, iter_source, nothing_to_analyze, sniff_source
 
 #: Events kept for the HTML events table (the non-INFO ones first seen).
 SAMPLE_CAP = 300
@@ -45,6 +47,8 @@ class Analyzer:
         self.ledger = failsafe.ErrorLedger()  # every error-level line, accounted for in finish()
         self._extra = {"text": 0, "compacted": 0, "parser_errors": 0}  # counts from worker processes (run_parallel)
         self._parallel = False
+        self._jobs = JobSplitCheck()  # inputs that look like separate jobs -> a warning
+        self._events_by_path: dict[str, int] = {}
 
     # -- input ----------------------------------------------------------------------------------------------
     def add_sources(self, sources: list[Source]) -> None:
@@ -67,6 +71,8 @@ class Analyzer:
         self.builder.add(ev)
         self.matcher.add(ev)
         self.ledger.add(ev)
+        self._jobs.observe(ev)
+        self._events_by_path[ev.path] = self._events_by_path.get(ev.path, 0) + 1
         self._prov_dirty = True
         if len(self._sample) < SAMPLE_CAP and not ev.kind.startswith(_QUIET_KINDS):
             self._sample.append(ev)
@@ -108,17 +114,22 @@ class Analyzer:
             self._extra["text"] += res.text
             self._extra["compacted"] += res.compacted
             self._extra["parser_errors"] += res.parser_errors
-            for w in res.warnings:
-                for s in sources:
-                    if s.path == path and w not in s.warnings:
+            for s in sources:
+                if s.path != path:
+                    continue
+                for w in res.warnings:
+                    if w not in s.warnings:
                         s.warnings.append(w)
+                if res.cut_lines:
+                    s.cut_lines += res.cut_lines
+                    if not s.first_cut:
+                        s.first_cut = base + res.first_cut
             total += res.lines
             if progress is not None:
                 progress.update(total)
         for s in sources:
             s.lines = offsets.get(s.path, s.lines)
-            if s.lines == 0 and "input is empty" not in s.warnings:
-                s.warnings.append("input is empty")
+            s.finish_warnings()
 
     def flush(self, path: str | None = None) -> list[Event]:
         """Close multi-line events still open (a traceback at the end of a file)."""
@@ -175,6 +186,7 @@ class Analyzer:
         verdict = diagnose(hits, self.builder)
         root, dismissed, error_lines = failsafe.account(self.ledger, verdict)
         inputs, warnings = self._inputs()
+        warnings.extend(self._jobs.warnings())
         stats = {
             "lines": sum(i.lines for i in inputs),
             "events": self.builder.events,
@@ -204,6 +216,8 @@ class Analyzer:
         out: list[InputInfo] = []
         seen = set()
         for s in self._sources:
+            s.events = self._events_by_path.get(s.path, 0)
+            s.finish_binary()
             seen.add(s.path)
             out.append(InputInfo(path=s.path, lines=max(s.lines, self._lines.get(s.path, 0)), warnings=tuple(s.warnings)))
             warnings.extend(f"{s.path}: {w}" for w in s.warnings)
@@ -213,13 +227,13 @@ class Analyzer:
         return out, warnings
 
 
-def analyze(specs: list[str] | tuple[str, ...], rules_dirs: Iterable[str] = (), stdin_name: str = "-",
+def analyze(specs: Inputs, rules_dirs: Inputs = (), stdin_name: str = "-",
             rules: list[Rule] | None = None, env_rules: str | None = None, progress: Any = None,
             workers: int | None = None) -> Diagnosis:
     """Analyze files, folders, globs, ``.gz`` or ``-`` (stdin) and return the diagnosis.
 
     Args:
-        specs: input specs as the CLI takes them.
+        specs: one input or a list of them, as str or ``pathlib.Path``: files, folders, globs, ``.gz``, ``-``.
         rules_dirs: extra rule folders.
         stdin_name: the name standard input gets in evidence.
         rules: exact rule set (skips loading).
@@ -228,25 +242,36 @@ def analyze(specs: list[str] | tuple[str, ...], rules_dirs: Iterable[str] = (), 
         workers: parser processes for big inputs (default: the CPUs available; 1 disables).
 
     Raises:
-        InputError: missing or unreadable input.
+        InputError: missing or unreadable input, or nothing to analyze (every input empty or binary; when
+            only some are, they are skipped with a warning in ``Diagnosis.warnings``).
         RuleError: an invalid rule file.
     """
-    sources = expand_inputs(list(specs), stdin_name=stdin_name)
+    sources = expand_inputs(as_specs(specs), stdin_name=stdin_name)
+    rules_dirs = as_specs(rules_dirs)
+    for src in sources:
+        sniff_source(src)
+    text_sources = [s for s in sources if s.skipped is None]
     a = Analyzer(rules_dirs=rules_dirs, rules=rules, env_rules=env_rules)
     a.add_sources(sources)
     total = 0
     try:
         workers = parallel.worker_count() if workers is None else workers
-        if parallel.should_parallelize(sources, workers):
-            a.run_parallel(sources, workers, progress)
+        if parallel.should_parallelize(text_sources, workers):
+            a.run_parallel(text_sources, workers, progress)
         else:
-            for src in sources:
+            for src in text_sources:
                 a.run_source(src, progress, total)
                 total += src.lines
     finally:
         if progress is not None:
             progress.done()
-    return a.finish()
+    diagnosis = a.finish()
+    empty = nothing_to_analyze(sources)
+    if empty:
+        raise InputError(empty)
+    return diagnosis
+
+
 
 
 def lines_of_text(text: str, name: str = "-") -> list[Line]:

@@ -96,8 +96,12 @@ def analyze_cmd(inputs: tuple[str, ...], fmt: str, output: str | None, html_path
                 verbose: bool, quiet: bool, stdin_name: str, reproduce: bool, verify_fix: bool, dry_run: bool,
                 repro_timeout: float, show_traceback: bool, rules: tuple[str, ...]) -> None:
     """Analyze INPUT... (files, directories, globs, .gz, or - for stdin) and print the verdict."""
+    diagnosis = None
     try:
         rules_dirs = _rules_dirs(rules)
+        for flag, path in (("-o/--output", output), ("--html", html_path)):
+            if path:
+                check_writable(path, flag)
         if (verify_fix or dry_run) and not reproduce:
             raise AnalyzerError("--verify-fix and --dry-run go with --reproduce")
         piping = "-" in inputs
@@ -127,29 +131,75 @@ def analyze_cmd(inputs: tuple[str, ...], fmt: str, output: str | None, html_path
                 progress = Progress(sys.stderr)
             diagnosis = analyze(list(inputs), rules_dirs=rules_dirs, stdin_name=stdin_name, progress=progress)
         if reproduce:
-            diagnosis = _reproduce(diagnosis, verify_fix=verify_fix, dry_run=dry_run, timeout=repro_timeout,
-                                   quiet=quiet, rules_dirs=rules_dirs)
+            from .reproduce import ReproduceInterrupted
+
+            try:
+                diagnosis = _reproduce(diagnosis, verify_fix=verify_fix, dry_run=dry_run, timeout=repro_timeout,
+                                       quiet=quiet, rules_dirs=rules_dirs)
+            except ReproduceInterrupted as stop:
+                # Every process of the run was stopped; the report (reproduction INCONCLUSIVE) is still written.
+                click.echo(f"nccl-analyze: --reproduce {stop.reason}", err=True)
+                _emit(stop.diagnosis, fmt=fmt, output=output, html_path=html_path, redact=redact,
+                      verbose=verbose, to_stdout=not piping or quiet)
+                sys.exit(stop.exit_code)
         # In pipe mode stdout is the pass-through: the text verdict went to stderr (run_pipe), so only
         # -o / --html are written, unless --quiet freed stdout for the report.
         _emit(diagnosis, fmt=fmt, output=output, html_path=html_path, redact=redact, verbose=verbose,
               to_stdout=not piping or quiet)
     except AnalyzerError as exc:
         _fail(exc, show_traceback)
-    except KeyboardInterrupt:
-        sys.exit(int(ExitCode.INTERRUPTED))
+    except KeyboardInterrupt as exc:
+        # Ctrl-C: 130; SIGTERM/SIGHUP turned into an interruption by --reproduce: 128 + the signal.
+        signum = getattr(exc, "signum", None)
+        sys.exit(128 + int(signum) if signum else int(ExitCode.INTERRUPTED))
     except BrokenPipeError:
-        _quiet_broken_pipe()
-    sys.exit(int(ExitCode.FAILURE_FOUND if diagnosis.root_cause else ExitCode.CLEAN))
+        _quiet_broken_pipe(_verdict_status(diagnosis))
+    except OSError as exc:
+        if show_traceback:
+            raise
+        _stdout_failed(exc)
+    sys.exit(_verdict_status(diagnosis))
 
 
-def _quiet_broken_pipe() -> None:
-    # `nccl-analyze x | head`: stdout closed early; end quietly like other Unix tools.
+def _verdict_status(diagnosis) -> int:
+    if diagnosis is None:
+        return int(ExitCode.CLEAN)
+    return int(ExitCode.FAILURE_FOUND if diagnosis.root_cause else ExitCode.CLEAN)
+
+
+def check_writable(path: str, flag: str) -> None:
+    """Fail early (exit 2, before any analysis) when a report could not be written to ``path``."""
+    p = Path(path)
+    if p.is_dir():
+        raise AnalyzerError(f"{flag}: is a directory, give a file name", path=path)
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise AnalyzerError(f"{flag}: folder {str(parent)!r} does not exist", path=path)
+    if p.exists() and not os.access(p, os.W_OK) or not p.exists() and not os.access(parent, os.W_OK | os.X_OK):
+        raise AnalyzerError(f"{flag}: not writable (permission denied)", path=path)
+
+
+def _silence_stdout() -> None:
+    # Point stdout's descriptor at /dev/null so the interpreter's last flush does not fail again on exit.
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-    except OSError:
+    except (OSError, ValueError):
         pass
-    sys.exit(int(ExitCode.CLEAN))
+
+
+def _quiet_broken_pipe(status: int = int(ExitCode.CLEAN)) -> None:
+    # `nccl-analyze x | head`: stdout closed early; end quietly like other Unix tools, with the verdict's status
+    # (the analysis itself finished: a script with `set -o pipefail` still learns a failure was found).
+    _silence_stdout()
+    sys.exit(status)
+
+
+def _stdout_failed(exc: OSError) -> None:
+    # `> /dev/full`, a vanished NFS file...: the report did not reach its reader, which is an output error.
+    _silence_stdout()
+    click.echo(f"nccl-analyze: error: cannot write the report to standard output: {exc.strerror or exc}", err=True)
+    sys.exit(int(ExitCode.USAGE))
 
 
 def _reproduce(diagnosis, *, verify_fix: bool, dry_run: bool, timeout: float, quiet: bool, rules_dirs):
@@ -170,12 +220,19 @@ def _emit(diagnosis, *, fmt: str, output: str | None, html_path: str | None, red
     color = fmt == "text" and output is None and _color_enabled(sys.stdout)
     text = render.render(diagnosis, fmt, verbose=verbose, color=color)
     if html_path:
-        Path(html_path).write_text(render.render(diagnosis, "html"), encoding="utf-8")
+        _write_report(html_path, render.render(diagnosis, "html"), "--html")
     if output:
-        Path(output).write_text(text, encoding="utf-8")
+        _write_report(output, text, "-o/--output")
     elif to_stdout:
         sys.stdout.write(text)
         sys.stdout.flush()
+
+
+def _write_report(path: str, text: str, flag: str) -> None:
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise AnalyzerError(f"{flag}: cannot write: {exc.strerror or exc}", path=path) from None
 
 
 @main.command("events")
@@ -198,6 +255,8 @@ def events_cmd(inputs: tuple[str, ...], fmt: str, kinds: tuple[str, ...], no_tex
         _fail(exc)
     except BrokenPipeError:
         _quiet_broken_pipe()
+    except OSError as exc:
+        _stdout_failed(exc)
     if strict and counts.get("nccl.unparsed"):
         click.echo(f"nccl-analyze: {counts['nccl.unparsed']} NCCL line(s) not recognized (--strict)", err=True)
         sys.exit(int(ExitCode.USAGE))

@@ -173,7 +173,7 @@ def diagnose(hits: list[Hit], builder: "JobBuilder") -> Verdict:
     root = RootCause(id=best.rule.taxonomy, title=title, confidence=conf, ranks=tuple(sorted(ranks)),
                      hosts=tuple(sorted(hosts)), evidence=_merge_evidence(best.evidence, same_tax),
                      explanation=explanation, fix=make_fix(best.rule, bound, job.torch_version), rule=best.rule.id, gpus=tuple(gpus))
-    findings = _findings(hits, best, builder, root_ranks=ranks)
+    findings = _findings(hits, best, builder, root_ranks=ranks, root_confidence=conf)
     _rank_roles(builder, tuple(sorted(ranks)), findings)
     return Verdict(root, findings, [f for f in findings if f.role == "cascade"], best)
 
@@ -242,8 +242,9 @@ def _role_for(h: Hit, best: Hit | None, root_ranks: set[int]) -> str:
 
 
 def _findings(hits: list[Hit], best: Hit | None, builder: "JobBuilder",
-              root_ranks: set[int] | None = None) -> list[Finding]:
-    """One finding per (rule, role): same-rule hits of several ranks merge."""
+              root_ranks: set[int] | None = None, root_confidence: float | None = None) -> list[Finding]:
+    """One finding per (rule, role): same-rule hits of several ranks merge. The root finding carries the root
+    cause's own confidence (``root_confidence``), so that every report shows one number for it."""
     merged: dict[tuple[str, str], dict[str, Any]] = {}
     for h in sorted(hits, key=lambda h: (h.rule.id, h.seq)):
         role = _role_for(h, best, root_ranks or set())
@@ -265,8 +266,10 @@ def _findings(hits: list[Hit], best: Hit | None, builder: "JobBuilder",
         if role == "cascade" and root_ranks and slot["ranks"] - root_ranks:
             slot["ranks"] -= root_ranks  # a culprit is not its own victim (e.g. one torchrun summary for all)
         f = h.finding(role=role)
+        conf = root_confidence if role == "root" and root_confidence is not None and best is not None \
+            and rid == best.rule.id else f.confidence
         out.append(Finding(rule=f.rule, id=f.id, role=role, title=f.title, severity=f.severity,
-                           confidence=f.confidence, ranks=tuple(sorted(slot["ranks"])),
+                           confidence=conf, ranks=tuple(sorted(slot["ranks"])),
                            hosts=tuple(sorted(slot["hosts"])), evidence=tuple(slot["evidence"]),
                            explanation=f.explanation, fix=f.fix, time=f.time, bound=f.bound))
     out.sort(key=lambda f: (_ROLE_ORDER.get(f.role, 9), -round(f.confidence, 3), f.rule,

@@ -4,12 +4,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+
 
 from .analysis import Analyzer
 from .engine.loader import Rule, load_rules
 from .errors import AnalyzerError
-from .sources import expand_inputs
+from .sources import Inputs, as_specs, expand_inputs
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,10 +34,14 @@ class CaseResult:
                 "rule": self.rule, "error": self.error}
 
 
-def find_cases(dirs: Iterable[str]) -> list[Path]:
-    """Folders holding a ``label.json`` (the given folders themselves or anywhere below them), sorted."""
+def find_cases(dirs: Inputs) -> list[Path]:
+    """Folders holding a ``label.json`` (the given folders themselves or anywhere below them), sorted.
+
+    Args:
+        dirs: one folder or a list of them (str or ``pathlib.Path``).
+    """
     out: set[Path] = set()
-    for d in dirs:
+    for d in as_specs(dirs):
         p = Path(d)
         if (p / "label.json").is_file():
             out.add(p)
@@ -68,18 +72,18 @@ def run_case(case_dir: Path, rules: list[Rule]) -> CaseResult:
                       rule=rc.rule if rc else "")
 
 
-def evaluate(dirs: Iterable[str], rules: list[Rule] | None = None, rules_dirs: Iterable[str] = ()) -> list[CaseResult]:
+def evaluate(dirs: Inputs, rules: list[Rule] | None = None, rules_dirs: Inputs = ()) -> list[CaseResult]:
     """Run every labeled case under ``dirs``.
 
     Args:
-        dirs: folders that are cases or contain cases.
+        dirs: a folder (str or ``pathlib.Path``) or a list of folders that are cases or contain cases.
         rules: exact rule set; default: built-in rules plus ``rules_dirs``.
         rules_dirs: extra rule folders.
 
     Returns:
         One ``CaseResult`` per case, in path order.
     """
-    rs = rules if rules is not None else load_rules(tuple(rules_dirs))
+    rs = rules if rules is not None else load_rules(tuple(as_specs(rules_dirs)))
     return [run_case(c, rs) for c in find_cases(dirs)]
 
 

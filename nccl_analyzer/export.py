@@ -11,15 +11,15 @@ from typing import IO, Iterable, Iterator
 from . import parallel
 from .classify import EventStream
 from .model import Event
-from .sources import expand_inputs, iter_source
+from .sources import Inputs, as_specs, expand_inputs, iter_source
 
 EXPORT_CHUNK_BYTES = 8 << 20
 CSV_COLUMNS = ("kind", "path", "line", "end_line", "host", "pid", "tid", "rank", "cuda_dev", "time", "text", "fields")
 
 
-def iter_events(specs: list[str], *, keep_text: bool = True, stdin_name: str = "-") -> Iterator[Event]:
+def iter_events(specs: Inputs, *, keep_text: bool = True, stdin_name: str = "-") -> Iterator[Event]:
     """Events of all inputs, streaming, in input order within each input (one parser state per input)."""
-    yield from _iter_source_events(expand_inputs(specs, stdin_name=stdin_name), keep_text)
+    yield from _iter_source_events(expand_inputs(as_specs(specs), stdin_name=stdin_name), keep_text)
 
 
 def _selected(events: Iterable[Event], kinds: tuple[str, ...]) -> Iterator[Event]:
@@ -64,14 +64,14 @@ def _write_one(ev: Event, fmt: str, out: IO[str], writer) -> None:
         out.write(_table_row(ev))
 
 
-def write_events(specs: list[str], *, fmt: str, out: IO[str], kinds: tuple[str, ...] = (), keep_text: bool = True,
+def write_events(specs: Inputs, *, fmt: str, out: IO[str], kinds: tuple[str, ...] = (), keep_text: bool = True,
                  redact: bool = False, stdin_name: str = "-", workers: int | None = None) -> Counter:
     """Write events as jsonl, csv or an aligned table; returns the count of events per kind.
 
     Big inputs are parsed and encoded in worker processes, in byte ranges whose output is written in input
     order (not with --redact: its name mapping must be learned in one pass to stay consistent).
     """
-    sources = expand_inputs(specs, stdin_name=stdin_name)
+    sources = expand_inputs(as_specs(specs), stdin_name=stdin_name)
     workers = parallel.worker_count() if workers is None else workers
     if fmt == "csv":
         csv.writer(out, lineterminator="\n").writerow(CSV_COLUMNS)
@@ -143,8 +143,13 @@ def _table_row(ev: Event) -> str:
     return f"{where:<40} {ev.kind:<28} {':'.join(who):<20} {summary}\n"
 
 
-def events_dataframe(specs: list[str], *, keep_text: bool = False):
-    """A pandas DataFrame with one row per event: the common columns, then one column per field name."""
+def events_dataframe(specs: Inputs, *, keep_text: bool = False):
+    """A pandas DataFrame with one row per event: the common columns, then one column per field name.
+
+    Args:
+        specs: one input or a list (str or ``pathlib.Path``), as ``analysis.analyze`` takes them.
+        keep_text: also keep ``text`` events.
+    """
     import pandas as pd
 
     rows = [ev.to_dict() for ev in iter_events(specs, keep_text=keep_text)]

@@ -12,6 +12,8 @@ from .stage import StageTracker
 TIMELINE_CAP = 64
 _PID_CAP = 65536
 _COMM_CAP = 4096
+#: Larger "nranks" / rank numbers are not a job's (the largest runs have ~10^5 ranks): a mangled number.
+MAX_WORLD = 1 << 20
 
 _VERSION_NUM = re.compile(r"(\d+\.\d+\.\d+)")
 _BANNER_VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+\S*)")
@@ -180,7 +182,7 @@ class JobBuilder:
             return
         info = self._rank(r)
         if info.first_error is None:
-            info.first_error = Evidence(ev.path, ev.line, ev.text)
+            info.first_error = _error_evidence(ev)
             info.first_error_kind = ev.kind
             self.error_ranks[r] = (time_key(ev.time), self.events)
             self._timeline(ev, "first error")
@@ -241,6 +243,8 @@ class JobBuilder:
             grank = self._pid_rank[key][0]
         else:
             grank = rank
+        if nranks > MAX_WORLD:
+            nranks = 0  # a mangled number (a log cut mid-digit, "nranks 99999999999"): no world size
         if self.job.world_size is None or nranks > self.job.world_size:
             self.job.world_size = nranks
         if comm not in self.job.communicators and len(self.job.communicators) < _COMM_CAP:
@@ -486,7 +490,7 @@ class JobBuilder:
                 job.backend = "nccl"
             elif any("gloo" in str(v) for v in self.tb_collectives.values()):
                 job.backend = "gloo"
-        if job.world_size is None and job.ranks:
+        if job.world_size is None and job.ranks and max(job.ranks) < MAX_WORLD:
             job.world_size = max(job.ranks) + 1
         for r, coll in self.collectives.items():
             info = self._rank(r)
@@ -529,6 +533,21 @@ def traceback_collective(ev: Event) -> str | None:
             if m and m.group(1) in COLLECTIVE_FUNCS:
                 name = m.group(1)
     return name
+
+
+def _error_evidence(ev: Event) -> Evidence:
+    """The line that says what went wrong: for a traceback its exception line (``torch.OutOfMemoryError: ...``),
+    not its first (``Traceback (most recent call last):``)."""
+    lines = ev.get("lines")
+    numbers = ev.get("line_numbers")
+    exc = str(ev.get("exc_type") or "")
+    if ev.kind == "python.traceback" and exc and isinstance(lines, list) and isinstance(numbers, list) \
+            and len(lines) == len(numbers):
+        short = exc.rsplit(".", 1)[-1]
+        for text, n in zip(reversed(lines), reversed(numbers)):
+            if isinstance(text, str) and isinstance(n, int) and (exc in text or f"{short}:" in text):
+                return Evidence(ev.path, n, text)
+    return Evidence(ev.path, ev.line, ev.text)
 
 
 _HANDLERS = {

@@ -11,8 +11,9 @@ import time
 from contextlib import contextmanager
 from typing import IO, Any, BinaryIO, Callable, Iterator, TextIO
 
+from .errors import InputError
 from .model import Diagnosis, RootCause
-from .sources import MAX_LINE, Source, clean_line, expand_inputs, iter_source
+from .sources import MAX_LINE, Source, clean_line, expand_inputs, iter_source, nothing_to_analyze
 
 #: Bytes asked for per read. A pipe hands over what it holds (up to this), so a line is passed on as soon
 #: as the writer wrote it, progress-bar redraws without a newline included.
@@ -144,6 +145,8 @@ class LiveAnalysis:
     def feed_raw(self, src: Source, raw: bytes) -> None:
         """Clean one raw line of ``src`` (numbering it) and analyze it."""
         src.lines += 1
+        if raw.endswith(_TRUNCATED):
+            src.note_cut(src.lines)
         self.feed(clean_line(raw, src, src.lines))
 
     def feed(self, line: Any) -> None:
@@ -449,6 +452,9 @@ def run_pipe(inputs: list[str] | tuple[str, ...], *, rules_dirs: Any = (), stdin
         except KeyboardInterrupt:  # no handler installed (not the main thread)
             signum = signal.SIGINT
     diagnosis = live.finish()
+    empty = nothing_to_analyze(ordered) if signum is None else None
+    if empty:
+        raise InputError(empty)
     note = ""
     if signum is not None:
         name = signal.Signals(signum).name
@@ -483,8 +489,7 @@ def _pump_stdin(stream: BinaryIO, src: Source, live: LiveAnalysis, passthrough: 
     for _, raw in splitter.flush():
         if raw is not None:
             live.feed_raw(src, raw)
-    if src.lines == 0:
-        src.warnings.append("input is empty")
+    src.finish_warnings()
 
 
 def _chunk_reader(stream: BinaryIO, flag: StopFlag, live: LiveAnalysis) -> Callable[[], bytes]:

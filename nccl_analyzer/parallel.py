@@ -56,6 +56,8 @@ class UnitResult:
     compacted: int
     warnings: list[str]
     parser_errors: int = 0
+    cut_lines: int = 0  # lines cut to MAX_LINE in this unit
+    first_cut: int = 0  # the first of them, relative to the unit's first line
 
 
 def plan_units(sources: list[Source], workers: int = 1, chunk_bytes: int = CHUNK_BYTES) -> list[Unit]:
@@ -154,7 +156,7 @@ def iter_unit_lines(unit: Unit, first_line: int = 0) -> Iterator:
             stream.seek(unit.start)
         limited = _Limited(stream, unit.end - unit.start) if unit.end >= 0 else stream
         lineno = first_line
-        for s, truncated in read_text_lines(limited, local):
+        for s, truncated in read_text_lines(limited, local, sniff=not unit.start):
             lineno += 1
             yield clean_text(s, local, lineno, truncated)
     finally:
@@ -174,7 +176,8 @@ def parse_unit(unit: Unit) -> UnitResult:
         if unit.start:
             stream.seek(unit.start)
         limited = _Limited(stream, unit.end - unit.start) if unit.end >= 0 else stream
-        for s, truncated in read_text_lines(limited, local):
+        # The main process sniffed the source for binary content before planning (analysis.analyze).
+        for s, truncated in read_text_lines(limited, local, sniff=False):
             lineno += 1
             out = feed(clean_text(s, local, lineno, truncated))
             if out:
@@ -183,7 +186,7 @@ def parse_unit(unit: Unit) -> UnitResult:
     finally:
         stream.close()
     return UnitResult(unit.index, src.path, events, lineno, es.counts["text"], es.compacted, local.warnings,
-                      es.parser_errors)
+                      es.parser_errors, local.cut_lines, local.first_cut)
 
 
 class _Limited:

@@ -9,9 +9,10 @@ import sys
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Iterable, Iterator, Union
 
 from . import paste
+from .binary import SNIFF_BYTES, ELF_WHY, sniff_binary
 from .errors import InputError
 from .model import Line
 
@@ -63,6 +64,70 @@ class Source:
     lines: int = 0
     warnings: list[str] = field(default_factory=list)
     srun: bool = False  # an srun --label prefix was seen: every later "N: " head is one (continuation lines too)
+    binary: str | None = None  # why the start looks binary (the lines are still read: text may follow junk)
+    skipped: str | None = None  # why nothing was read at all (an ELF file / core dump)
+    events: int = 0  # events the analysis got from this source (set at its end; decides a binary's fate)
+    cut_lines: int = 0  # lines longer than MAX_LINE, cut to it
+    first_cut: int = 0  # 1-based number of the first such line (0: none)
+
+    def note_cut(self, lineno: int) -> None:
+        """Count one over-long line cut to ``MAX_LINE`` (``lineno``: its number in this source)."""
+        self.cut_lines += 1
+        if not self.first_cut:
+            self.first_cut = lineno
+
+    def finish_warnings(self) -> None:
+        """Turn the counts gathered while reading into the source's warnings (once, at its end)."""
+        if self.cut_lines:
+            msg = (f"{self.cut_lines} line(s) longer than {MAX_LINE // 1024} KiB cut to {MAX_LINE // 1024} KiB "
+                   f"(first: {self.path}:{self.first_cut}); the rest of each was not analyzed")
+            if msg not in self.warnings:
+                self.warnings.append(msg)
+        if self.skipped is None and self.lines == 0 and "input is empty" not in self.warnings:
+            self.warnings.append("input is empty")
+
+    def finish_binary(self) -> None:
+        """The warning for a source whose start looked binary, once its events are counted."""
+        if self.binary is None or self.skipped is not None:
+            return
+        if self.events:
+            msg = f"starts like binary data ({self.binary}); analyzed the {self.events} event(s) found in its text"
+        else:
+            msg = f"skipped: {self.binary}"
+        if msg not in self.warnings:
+            self.warnings.append(msg)
+
+    @property
+    def analyzable(self) -> bool:
+        """Whether the source gave the analysis anything: lines, and events too when it looked binary."""
+        return self.skipped is None and self.lines > 0 and (self.binary is None or self.events > 0)
+
+
+#: What the library API takes as inputs: one path (str or os.PathLike) or an iterable of them.
+Inputs = Union[str, "os.PathLike[str]", Iterable[Union[str, "os.PathLike[str]"]]]
+
+
+def as_specs(inputs: Inputs) -> list[str]:
+    """Normalize the API's inputs to a list of path strings: ``"run.log"``, ``Path("run.log")``, or a list of
+    either (``"-"`` is standard input). A bare string is one path, never a sequence of characters.
+
+    Raises:
+        TypeError: something that is neither a path nor an iterable of paths (bytes included).
+    """
+    if isinstance(inputs, (str, os.PathLike)):
+        return [os.fspath(inputs)]
+    if isinstance(inputs, (bytes, bytearray)):
+        raise TypeError("inputs: give a path as str or pathlib.Path, not bytes")
+    try:
+        items = list(inputs)
+    except TypeError:
+        raise TypeError(f"inputs: expected a path or a list of paths, got {type(inputs).__name__}") from None
+    out = []
+    for item in items:
+        if not isinstance(item, (str, os.PathLike)):
+            raise TypeError(f"inputs: expected paths (str or pathlib.Path), got {type(item).__name__}: {item!r}")
+        out.append(os.fspath(item))
+    return out
 
 
 def expand_inputs(specs: list[str] | tuple[str, ...], stdin_name: str = "-") -> list[Source]:
@@ -88,7 +153,7 @@ def expand_inputs(specs: list[str] | tuple[str, ...], stdin_name: str = "-") -> 
         if os.path.isdir(spec):
             files = sorted(p for p in Path(spec).rglob("*") if p.is_file() and _is_log_candidate(p))
             if not files:
-                raise InputError("directory holds no log files", path=spec)
+                raise InputError("nothing to analyze: the directory holds no log-like file", path=spec)
             for p in files:
                 add(str(p))
         elif os.path.isfile(spec):
@@ -140,20 +205,66 @@ def open_binary(src: Source) -> BinaryIO:
         raise InputError(f"cannot read: {exc.strerror or exc}", path=src.path) from exc
 
 
+def sniff_source(src: Source) -> str | None:
+    """Read the first bytes of a file source: set ``src.binary`` when they look binary, and ``src.skipped`` (with
+    a warning; nothing is read later) for an ELF file.
+
+    Standard input is not sniffed here (its bytes cannot be read twice); ``read_text_lines`` checks it.
+    """
+    if src.real is None or src.binary is not None:
+        return src.binary
+    stream = open_binary(src)
+    try:
+        head = b""
+        read = getattr(stream, "read1", stream.read)
+        while len(head) < SNIFF_BYTES:
+            piece = read(SNIFF_BYTES)
+            if not piece:
+                break
+            head += piece
+    except (EOFError, zlib.error, gzip.BadGzipFile, OSError):
+        return None  # read_text_lines reports the read error with what it could read
+    finally:
+        stream.close()
+    _mark_binary(src, sniff_binary(head))
+    return src.binary
+
+
+def _mark_binary(src: Source, why: str | None) -> None:
+    if why is None or src.binary is not None:
+        return
+    src.binary = why
+    if why == ELF_WHY:
+        src.skipped = why
+        src.warnings.append(f"skipped: {why}")
+
+
+def nothing_to_analyze(sources: list[Source]) -> str | None:
+    """The one-line reason when no source gave the analysis anything (all empty or binary), else None."""
+    if any(s.analyzable for s in sources):
+        return None
+    why = [f"{s.path}: {s.binary or 'input is empty'}" for s in sources[:3]]
+    more = f" (+{len(sources) - 3} more)" if len(sources) > 3 else ""
+    return "nothing to analyze: " + "; ".join(why) + more
+
+
 def read_raw_lines(stream: BinaryIO, src: Source) -> Iterator[bytes]:
     """Yield raw lines (bytes, newline kept) one at a time with bounded memory (used by the live pipe)."""
     readline = stream.readline
+    n = 0
     try:
         while True:
             b = readline(MAX_LINE)
             if not b:
                 return
+            n += 1
             if len(b) == MAX_LINE and not b.endswith(b"\n"):
                 # Over-long line: keep the head, skip the rest up to the newline.
                 while True:
                     rest = readline(MAX_LINE)
                     if not rest or rest.endswith(b"\n"):
                         break
+                src.note_cut(n)
                 yield b + _TRUNC_MARK
                 continue
             yield b
@@ -167,8 +278,12 @@ _TRUNC_MARK = b"\x00TRUNCATED"
 BLOCK = 1 << 20
 
 
-def read_text_lines(stream: BinaryIO, src: Source) -> Iterator[tuple[str, bool]]:
+def read_text_lines(stream: BinaryIO, src: Source, sniff: bool = True) -> Iterator[tuple[str, bool]]:
     """Yield (decoded line without newline, truncated) reading 1 MiB blocks: bounded memory, fast.
+
+    With ``sniff`` the first block is checked for binary content (``sniff_binary``): ``binary`` is set (the
+    lines are still read: a log may follow junk); an ELF file yields nothing and gets ``skipped``. Lines over ``MAX_LINE`` are cut and counted
+    (``Source.note_cut``).
 
     Decoding a whole block at once is several times cheaper than per line; blocks are cut after their last
     newline so no UTF-8 sequence is split (a newline byte is never inside a multi-byte sequence).
@@ -177,11 +292,30 @@ def read_text_lines(stream: BinaryIO, src: Source) -> Iterator[tuple[str, bool]]
     read = getattr(stream, "read1", stream.read)
     pending = b""  # start of a line whose end is not read yet (at most MAX_LINE bytes kept)
     skipping = False  # inside an over-long line whose head was already yielded
+    n = 0  # lines yielded so far (for the cut-line warning)
+    first = sniff
+    late: BaseException | None = None  # a read error met while topping up the first block, raised after it
     try:
         while True:
+            if late is not None:
+                raise late
             block = read(BLOCK)
             if not block:
                 break
+            if first:
+                first = False
+                while len(block) < SNIFF_BYTES:  # read1 may return a short first piece (gzip, pipes)
+                    try:
+                        more = read(BLOCK)
+                    except (EOFError, zlib.error, gzip.BadGzipFile, OSError) as exc:
+                        late = exc
+                        break
+                    if not more:
+                        break
+                    block += more
+                _mark_binary(src, sniff_binary(block))
+                if src.skipped is not None:
+                    return
             if skipping:
                 nl = block.find(b"\n")
                 if nl < 0:
@@ -192,6 +326,8 @@ def read_text_lines(stream: BinaryIO, src: Source) -> Iterator[tuple[str, bool]]
             if cut < 0:
                 pending += block
                 if len(pending) > MAX_LINE:
+                    n += 1
+                    src.note_cut(n)
                     yield pending[:MAX_LINE].decode("utf-8", "replace"), True
                     pending = b""
                     skipping = True
@@ -199,11 +335,15 @@ def read_text_lines(stream: BinaryIO, src: Source) -> Iterator[tuple[str, bool]]
             chunk = pending + block[:cut]
             pending = block[cut + 1:]
             for s in chunk.decode("utf-8", "replace").split("\n"):
+                n += 1
                 if len(s) > MAX_LINE:
+                    src.note_cut(n)
                     yield s[:MAX_LINE], True
                 else:
                     yield s, False
             if len(pending) > MAX_LINE:
+                n += 1
+                src.note_cut(n)
                 yield pending[:MAX_LINE].decode("utf-8", "replace"), True
                 pending = b""
                 skipping = True
@@ -380,8 +520,7 @@ def iter_source(src: Source) -> Iterator[Line]:
         if src.real is not None:
             stream.close()
         src.lines = lineno
-    if lineno == 0:
-        src.warnings.append("input is empty")
+    src.finish_warnings()
 
 
 def iter_lines(sources: list[Source]) -> Iterator[Line]:

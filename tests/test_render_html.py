@@ -17,7 +17,8 @@ from nccl_analyzer.resources import reports_dir
 
 ALLOWED = {"html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "section", "div", "span", "dl", "dt",
            "dd", "p", "ul", "li", "strong", "code", "pre", "table", "thead", "tbody", "tr", "th", "td", "details",
-           "summary", "svg", "rect", "circle", "line", "text", "input", "select", "option", "script", "footer"}
+           "summary", "svg", "rect", "circle", "line", "text", "input", "select", "option", "script", "footer",
+           "br", "wbr"}  # br: first error on its own line; wbr: where an id may wrap (html.ident)
 
 
 class Tags(HTMLParser):

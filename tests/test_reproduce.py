@@ -16,8 +16,9 @@ from nccl_analyzer.errors import ExitCode, ReproduceError
 from nccl_analyzer.model import Diagnosis, Fix, JobModel, RankInfo, RootCause
 from nccl_analyzer.reproduce import LocalInfo, Plan, reproduce, stage, validate_env
 from nccl_analyzer.reproduce import run as runmod
-from nccl_analyzer.reproduce.compare import CONFIRMED, FIXED, INCONCLUSIVE, NOT_REPRODUCED, Verdict, judge
-from nccl_analyzer.reproduce.plan import normalize_dtype, normalize_op
+from nccl_analyzer.reproduce.compare import (CONFIRMED, FIXED, INCONCLUSIVE, NOT_APPLICABLE, NOT_REPRODUCED, Verdict,
+                                            judge)
+from nccl_analyzer.reproduce.plan import SCENARIOS, normalize_dtype, normalize_op
 from nccl_analyzer.reproduce.worker import plan_from_args
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -282,7 +283,12 @@ def test_recorded_h200_runs(case):
     report = json.loads((RECORDED / "h200" / case).read_text())
     rep = report["reproduction"]
     assert rep["outcome"] == CONFIRMED and rep["got"] == report["root_cause"]["id"], rep["reason"]
-    assert rep["fix_outcome"] == FIXED and rep["backend"] == "nccl"
+    assert rep["fix_outcome"] == _fix_outcome_for(rep["got"]) and rep["backend"] == "nccl"
+
+
+def _fix_outcome_for(root: str) -> str:
+    """FIXED where the fix run applies a setting to the same mechanism; NOT APPLICABLE for a program's fault."""
+    return NOT_APPLICABLE if SCENARIOS[root].program_fault else FIXED
 
 
 # ------------------------------------------------------------------------------------------------ real runs
@@ -321,7 +327,11 @@ def test_gloo_reproduce_confirms_then_fix(case, expected, tmp_path):
         pytest.xfail(f"the analysis has no rule yet for what the {expected} run prints: {log[-600:]}")
     assert rep.outcome == CONFIRMED, rep.reason
     assert rep.got == expected
-    assert rep.fix_outcome == FIXED, rep.reason
+    assert rep.fix_outcome == _fix_outcome_for(expected), rep.reason
+    if rep.fix_outcome == NOT_APPLICABLE:
+        # says what the reproduction showed, and that the control run says nothing about the user's fix
+        assert "the fix is in your program" in rep.reason and SCENARIOS[expected].program_fault in rep.reason
+        assert "The control run without that fault finished cleanly" in rep.reason, rep.reason
     assert rep.command.startswith("env ")
 
 

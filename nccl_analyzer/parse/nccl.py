@@ -30,6 +30,9 @@ _HEAD = (
     r"(?: (?P<file>[^\s:()]+):(?P<fline>\d+)(?: \((?P<func>[^()\s]*)\))?)?"
 )
 PREFIX_RE = re.compile(_HEAD + r" NCCL (?P<level>INFO|WARN|TRACE|CALL|ABORT)(?: (?P<body>.*))?$")
+#: Longest "{ts}host:pid:tid [dev] file:line (func)" head looked for (timestamps and RCCL's absolute paths fit).
+MAX_HEAD = 1024
+_PREFIX_HEAD_RE = re.compile(_HEAD + r" NCCL (?P<level>INFO|WARN|TRACE|CALL|ABORT)(?= |$)")
 # Hot path: split at the first " NCCL " and read the part before it with _HEAD_RE, cached (the same
 # "host:pid:tid [dev]" heads repeat on every line of a process); PREFIX_RE is the fallback and the reference.
 _HEAD_RE = re.compile(_HEAD + "$")
@@ -557,6 +560,10 @@ def _run(start: str, text: str) -> tuple[str, dict[str, Any]] | None:
         return body_parser().parse(text, start=start)
     except UnexpectedInput:
         return None
+    except (ValueError, IndexError):
+        # The transformer runs inside the LALR parse (no tree), so its errors arrive unwrapped: a value the
+        # grammar let through but int() refuses ("rank --1" in a mangled log) makes the line a generic event.
+        return None
     except VisitError as exc:  # a transformer bug: unwrap it; a value the grammar let through is not a crash
         if isinstance(exc.orig_exc, (ValueError, IndexError)):
             return None
@@ -1054,7 +1061,7 @@ class NcclParser:
             # The prefix was cut but the WARN text is one NCCL prints: type it (prefix: "partial"), so that the
             # rules see it; a body that is not a known WARN shape stays nccl.unparsed.
             kind, rank, cached = parse_body("WARN", msg)
-            hm = _CUT_HEAD_RE.match(line.text[:lm.start()])
+            hm = _CUT_HEAD_RE.match(line.text[max(0, lm.start() - MAX_HEAD):lm.start()])  # bounded: quadratic
             if kind == "nccl.warn.other" and hm and hm["file"]:
                 # No keyword in the text, but the remnant names the source file (":41367:41367 [1]
                 # enqueue.cc:422 NCCL WARN Error : no algorithm/protocol available", nccl#653).
@@ -1153,7 +1160,7 @@ def _read_head(head: str) -> Head | None:
 def _split(text: str) -> tuple[Head, str, str] | None:
     """(head fields, level, body) of an NCCL-prefixed line; same answer as PREFIX_RE, faster."""
     i = text.find(" NCCL ")
-    if i > 0:
+    if 0 < i <= MAX_HEAD:
         level, _, body = text[i + 6:].partition(" ")
         if level in _LEVELS:
             key = text[:i]
@@ -1165,6 +1172,14 @@ def _split(text: str) -> tuple[Head, str, str] | None:
                 head = _HEADS[key] = _read_head(key)
             if head is not None:
                 return head, level, body
+    if len(text) > MAX_HEAD:
+        # The head's lazy "{ts}" and host runs make PREFIX_RE quadratic in the line's length: on a 64 KiB line of
+        # "xxxx NCCL WARN ..." (a cut, mangled log) one match took minutes. A real prefix is short: look for it
+        # in the line's start only; the body is the rest of the whole line.
+        m = _PREFIX_HEAD_RE.match(text, 0, MAX_HEAD)
+        if m is None:
+            return None
+        return _read_head(text[:m.start("level") - 6]), m["level"], text[m.end() + 1:]
     m = PREFIX_RE.match(text)  # " NCCL " occurs earlier than the real prefix (or not at all)
     if m is None:
         return None

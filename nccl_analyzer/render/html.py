@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 from functools import lru_cache
 from typing import Any
 
@@ -45,7 +46,15 @@ def _environment() -> Environment:
                       finalize=_finalize, trim_blocks=True, lstrip_blocks=True)
     env.filters["ranks"] = view.rank_ranges
     env.filters["pct"] = view.percent
+    env.filters["ident"] = ident
     return env
+
+
+def ident(value: Any) -> Markup:
+    """An identifier (``invalid_usage``, ``nccl-duplicate-gpu``, ``nccl.warn.socket``) that a narrow column may
+    wrap only after ``_ - . / : = ,`` (a ``<wbr>``, which copying leaves out), never mid-word."""
+    parts = re.split(r"(?<=[_.\-/:=,])", view.neutralize(value))
+    return Markup("<wbr>").join(parts)  # join escapes every part
 
 
 def _asset(name: str) -> str:
@@ -105,14 +114,7 @@ def build_context(d: Diagnosis) -> dict[str, Any]:
         "env_left": max(len(d.job.env) - MAX_ROWS, 0),
         "stats_rows": view.flatten(d.stats, limit=MAX_ROWS),
     }
-    topo = {}
-    if d.job.topology:
-        topo["topology"] = d.job.topology
-    if d.job.network:
-        topo["network"] = d.job.network
-    if d.job.communicators:
-        topo["communicators"] = d.job.communicators
-    ctx["topology_rows"], ctx["topology_left"] = view.flatten(topo, limit=MAX_ROWS)
+    ctx["topology_rows"], ctx["topology_left"] = view.nccl_reported(d.job, limit=MAX_ROWS)
     events = d.events_sample[:MAX_EVENTS]
     ctx["events"] = [{"loc": f"{e.path}:{e.line}", "rank": "" if e.rank is None else e.rank, "host": e.host or "",
                       "kind": e.kind, "time": e.time or "", "text": view.clip(e.text, MAX_EVENT_TEXT)} for e in events]

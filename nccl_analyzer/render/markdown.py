@@ -145,7 +145,9 @@ def _reproduction(d: Diagnosis) -> list[str]:
     if rep is None:
         return []
     out = ["#### Reproduction", "", f"**{md_text(rep.outcome)}**" + (f": {md_text(rep.reason)}" if rep.reason else "")]
-    if rep.fix_outcome:
+    if rep.fix_outcome == "NOT APPLICABLE":
+        out[-1] += " · with the fix: **NOT APPLICABLE**: the fix is in your program"
+    elif rep.fix_outcome:
         env = " ".join(f"{k}={v}" for k, v in sorted(rep.fix_env.items()))
         out[-1] += f" · with the fix {md_code(env)}: **{md_text(rep.fix_outcome)}**" if env else \
             f" · with the fix: **{md_text(rep.fix_outcome)}**"

@@ -57,7 +57,7 @@ def render_text(d: Diagnosis, *, verbose: bool = False, color: bool = False) -> 
         out.append(f"{st.ok('ok')}: no failure found in {view.plural(n_lines, 'line')} from "
                    f"{view.plural(n_inputs, 'input')}" + (f" ({seen})" if seen else ""))
     else:
-        out.extend(_verdict(d, st))
+        out.extend(_verdict(d, st, verbose))
     for w in view.input_warnings(d):
         out.append(f"{st.warn('warning')}: {view.neutralize(w)}")
     if d.redacted:
@@ -74,7 +74,7 @@ def render_text(d: Diagnosis, *, verbose: bool = False, color: bool = False) -> 
     return "\n".join(out) + "\n"
 
 
-def _verdict(d: Diagnosis, st: _Style) -> list[str]:
+def _verdict(d: Diagnosis, st: _Style, verbose: bool = False) -> list[str]:
     rc = d.root_cause
     assert rc is not None
     out = [f"{st.error(f'error[{view.neutralize(rc.id)}]')}{st.bold(': ' + view.neutralize(rc.title))}"]
@@ -104,13 +104,14 @@ def _verdict(d: Diagnosis, st: _Style) -> list[str]:
                f"({view.confidence_label(rc.confidence)})" + (f", rule {view.neutralize(rc.rule)}" if rc.rule else ""))
     note = view.cascade_note(d)
     if note:
-        out.append(f"   {st.gutter('=')} {st.bold('note')}: {note} (-v for details)")
+        # with -v the details follow below: no pointer to an option already given
+        out.append(f"   {st.gutter('=')} {st.bold('note')}: {note}" + ("" if verbose else " (-v for details)"))
     rep = d.reproduction
     if rep is not None:
         line = f"{rep.outcome}"
         if rep.reason:
             line += f": {rep.reason}"
-        if rep.fix_outcome:
+        if rep.fix_outcome and rep.fix_outcome != "NOT APPLICABLE":
             fe = " ".join(f"{k}={v}" for k, v in sorted(rep.fix_env.items()))
             line += f"; with the fix ({fe}): {rep.fix_outcome}" if fe else f"; with the fix: {rep.fix_outcome}"
         out.extend(_field("reproduction", line, st))

@@ -78,8 +78,14 @@ def cascade_groups(d: Diagnosis) -> list[dict[str, Any]]:
                 g["hosts"].append(h)
         g["findings"].append(f)
     out = list(groups.values())
+    hosts = sorted({i.host for i in d.job.ranks.values() if i.host})
     for g in out:
         g["ranks"] = sorted(g["ranks"])
+        # Lines without a rank prefix (a bare traceback) name no rank: say so, not "?". With one host in the job
+        # the host is known all the same.
+        g["ranks_note"] = "" if g["ranks"] else "not named in these lines"
+        if not g["hosts"] and len(hosts) == 1:
+            g["hosts"] = hosts
     return out
 
 
@@ -201,10 +207,55 @@ def fix_lines(env: dict[str, str]) -> list[str]:
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
+_NETWORK_LABELS = {"bootstrap": "bootstrap interface", "network": "network transport", "net": "network transport",
+                   "interfaces": "socket interfaces", "ib": "InfiniBand devices", "ib_hcas": "InfiniBand devices"}
+
+
+def nccl_reported(job: Any, limit: int = 300) -> tuple[list[tuple[str, str]], int]:
+    """What NCCL said about the network, the communicators and the topology, as (label, sentence) rows a person
+    reads ("communicator 0xbddc31ea…": "2 ranks (0-1); init completed by 0 of 2"), not dotted dict keys."""
+    rows: list[tuple[str, str]] = []
+    for key, value in (job.network or {}).items():
+        if value in (None, "", [], {}):
+            continue
+        label = _NETWORK_LABELS.get(str(key), str(key).replace("_", " "))
+        rows.append((neutralize(label), clip(_plain(value), 500)))
+    comms = job.communicators or {}
+    for comm, info in list(comms.items())[:limit]:
+        if not isinstance(info, dict):
+            continue
+        ranks = info.get("ranks") or {}
+        n = info.get("nranks") or 0
+        parts = [plural(int(n), "rank") if n else "size unknown"]
+        if ranks:
+            parts[0] += f" (seen: {rank_ranges(sorted(int(r) for r in ranks))})"
+        done = info.get("complete")
+        if isinstance(done, int):
+            parts.append(f"init completed by {done} of {n or len(ranks)}")
+        name = "communicator" if comm == "?" else f"communicator {clip(comm, 20)}"
+        rows.append((neutralize(name), neutralize("; ".join(parts))))
+    left = max(len(comms) - limit, 0)
+    topo_rows, topo_left = flatten(job.topology or {}, limit=max(limit - len(rows), 0))
+    rows.extend((k.replace(".", " ").replace("_", " "), v) for k, v in topo_rows)
+    return rows, left + topo_left
+
+
+def _plain(value: Any) -> str:
+    if isinstance(value, dict):
+        return "; ".join(f"{k} {_plain(v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_plain(v) for v in value)
+    return str(value)
+
+
 def flatten(obj: Any, prefix: str = "", limit: int = 300) -> tuple[list[tuple[str, str]], int]:
-    """Nested dicts/lists as ``(dotted.key, value)`` rows, at most ``limit``; returns (rows, rows left out)."""
+    """Nested dicts/lists as ``(dotted.key, value)`` rows, at most ``limit``; returns (rows, rows left out).
+
+    An empty dict or list gives no rows (not a ``{}`` row)."""
     rows: list[tuple[str, str]] = []
     left = 0
+    if not obj and not prefix:
+        return rows, left
 
     def walk(o: Any, key: str, depth: int) -> None:
         nonlocal left

@@ -6,11 +6,11 @@ import tempfile
 from typing import IO, Callable, Iterable, Mapping
 
 from ..model import Diagnosis, Reproduction
-from .compare import (CONFIRMED, INCONCLUSIVE, Analyzer, diagnose_run, excerpt, judge, judge_fix)
-from .plan import FixPlan, LocalInfo, Plan, Staging, make_fix, make_staging, validate_env
-from .run import local_info, require_torch, run_plan
+from .compare import (CONFIRMED, INCONCLUSIVE, Analyzer, diagnose_run, excerpt, judge, judge_control, judge_fix)
+from .plan import SCENARIOS, FixPlan, LocalInfo, Plan, Staging, make_fix, make_staging, validate_env
+from .run import RunInterrupted, local_info, require_torch, run_plan, stop_signals
 
-__all__ = ["reproduce", "stage", "Plan", "Staging", "LocalInfo", "validate_env"]
+__all__ = ["reproduce", "stage", "Plan", "Staging", "LocalInfo", "validate_env", "ReproduceInterrupted"]
 
 
 def stage(diagnosis: Diagnosis, local: LocalInfo, *, verify_fix: bool = False) -> tuple[Staging, FixPlan | None]:
@@ -28,7 +28,8 @@ def reproduce(diagnosis: Diagnosis, *, verify_fix: bool = False, dry_run: bool =
 
     Args:
         diagnosis: what ``analyze()`` said about the original log.
-        verify_fix: after a CONFIRMED run, run again with the fix applied (``fix_outcome`` FIXED / NOT FIXED).
+        verify_fix: after a CONFIRMED run, run again with the fix applied (``fix_outcome`` FIXED / NOT FIXED;
+            NOT APPLICABLE where the fault is in the user's program and the run could only leave it out).
         dry_run: plan only; ``reproduction.command`` is the stand-alone command, the plan is in ``output_excerpt``.
         timeout: seconds each run may take before its whole process tree is killed.
         progress: a text stream for one-line progress (the CLI passes stderr on a TTY), or None.
@@ -40,8 +41,11 @@ def reproduce(diagnosis: Diagnosis, *, verify_fix: bool = False, dry_run: bool =
 
     Raises:
         ReproduceError: the reproduction could not run at all (PyTorch missing, the worker would not start).
+        ReproduceInterrupted: SIGINT/SIGTERM/SIGHUP during a run; every process of it was stopped first.
     """
-    local = local or local_info(base_env)
+    if local is None:
+        with stop_signals():
+            local = local_info(base_env)
     staging, fix = stage(diagnosis, local, verify_fix=verify_fix)
     plan = staging.plan
     expected = staging.expected
@@ -67,26 +71,49 @@ def reproduce(diagnosis: Diagnosis, *, verify_fix: bool = False, dry_run: bool =
                                              fix_env=fix_env))
     require_torch(local)
     analyze_fn = analyzer or _default_analyzer(tuple(rules_dirs))
-    with tempfile.TemporaryDirectory(prefix="nccl-analyze-repro-") as tmp:
-        where = workdir or tmp
-        result = run_plan(plan, workdir=where, label="reproduce", timeout=timeout, base_env=base_env,
-                          progress=progress)
-        verdict = diagnose_run(result, analyze_fn)
-        outcome, reason = judge(expected, result, verdict)
-        shown = excerpt(verdict, result)
-        fix_outcome = None
-        if fix is not None:
-            if outcome == CONFIRMED:
-                fresult = run_plan(fix.plan, workdir=where, label="fix", timeout=timeout, base_env=base_env,
-                                   progress=progress)
-                fverdict = diagnose_run(fresult, analyze_fn)
-                fix_outcome, freason = judge_fix(expected, fresult, fverdict)
-                reason = _join(reason, f"fix run ({fix.summary}): {freason}")
-            else:
-                reason = _join(reason, "fix not checked: the failure did not reproduce")
+    program_fault = SCENARIOS[plan.scenario].program_fault
+    try:
+        with stop_signals(), tempfile.TemporaryDirectory(prefix="nccl-analyze-repro-") as tmp:
+            where = workdir or tmp
+            result = run_plan(plan, workdir=where, label="reproduce", timeout=timeout, base_env=base_env,
+                              progress=progress)
+            verdict = diagnose_run(result, analyze_fn)
+            outcome, reason = judge(expected, result, verdict)
+            shown = excerpt(verdict, result)
+            fix_outcome = None
+            if fix is not None:
+                if outcome == CONFIRMED:
+                    fresult = run_plan(fix.plan, workdir=where, label="fix", timeout=timeout, base_env=base_env,
+                                       progress=progress)
+                    fverdict = diagnose_run(fresult, analyze_fn)
+                    if program_fault:
+                        fix_outcome, freason = judge_control(program_fault, SCENARIOS[plan.scenario].fix, expected,
+                                                             fresult, fverdict)
+                        reason = _join(reason, f"fix: {fix_outcome}: {freason}")
+                    else:
+                        fix_outcome, freason = judge_fix(expected, fresult, fverdict)
+                        reason = _join(reason, f"fix run ({fix.summary}): {freason}")
+                else:
+                    reason = _join(reason, "fix not checked: the failure did not reproduce")
+    except RunInterrupted as stop:
+        rep = Reproduction(outcome=INCONCLUSIVE, reason=_join(stop.reason(), details), backend=plan.backend,
+                           world_size=plan.nproc, command=command, fix_env=fix_env)
+        raise ReproduceInterrupted(_with(diagnosis, rep), stop) from None
     return _with(diagnosis, Reproduction(outcome=outcome, reason=_join(reason, details), backend=plan.backend,
                                          world_size=plan.nproc, command=command, fix_outcome=fix_outcome,
                                          fix_env=fix_env, got=verdict.got, output_excerpt=shown))
+
+
+class ReproduceInterrupted(KeyboardInterrupt):
+    """SIGINT/SIGTERM/SIGHUP arrived during a run: its processes were stopped. ``diagnosis.reproduction`` says so
+    (INCONCLUSIVE); exit with ``exit_code`` (130 SIGINT, 143 SIGTERM, 129 SIGHUP)."""
+
+    def __init__(self, diagnosis: Diagnosis, stop: RunInterrupted):
+        super().__init__(str(stop))
+        self.diagnosis = diagnosis
+        self.signum = stop.signum
+        self.exit_code = stop.exit_code
+        self.reason = stop.reason()
 
 
 def _default_analyzer(rules_dirs: tuple) -> Callable[[list[str]], Diagnosis]:

@@ -13,6 +13,7 @@ NOT_REPRODUCED = "NOT REPRODUCED"
 INCONCLUSIVE = "INCONCLUSIVE"
 FIXED = "FIXED"
 NOT_FIXED = "NOT FIXED"
+NOT_APPLICABLE = "NOT APPLICABLE"  # the fault is in the user's program: the fix run only left our planted fault out
 
 Analyzer = Callable[[list[str]], Diagnosis]
 WORKER_ERROR = "nccl_analyzer.reproduce.worker: error:"
@@ -92,3 +93,20 @@ def excerpt(verdict: Verdict, result: RunResult, limit: int = 12) -> str:
     if diag is not None and diag.root_cause is not None and diag.root_cause.evidence:
         lines = [e.text for e in diag.root_cause.evidence[:limit]]
     return "\n".join(lines) if lines else result.tail(limit)
+
+
+def judge_control(program_fault: str, fix: str, expected: str, result: RunResult, verdict: Verdict) -> tuple[str, str]:
+    """For a fault of the user's program: NOT APPLICABLE, with what the reproduction and the control run showed.
+
+    The "fix run" of such a cause only leaves out the fault we planted in our own worker (``program_fault``), so
+    it cannot fail and proves nothing about the user's fix; its result says whether the rest of the setup works.
+    """
+    shown = (f"the reproduction showed that {program_fault} gives {expected} here; the fix ({fix}) is a change to "
+             "your program, which this tool cannot apply or check")
+    control, why = judge_fix(expected, result, verdict)
+    if control == FIXED:
+        return NOT_APPLICABLE, (f"the fix is in your program: {shown}. The control run without that fault {why}, "
+                                "so the communication setup itself works here")
+    return NOT_APPLICABLE, (f"the fix is in your program: {shown}. The control run without that fault did not "
+                            f"finish cleanly either ({why}): look for a second problem")
+

@@ -181,25 +181,42 @@ class Scenario:
     gpus: int = 0  # GPUs it needs at least; 0 = gloo on CPU will do
     nccl_only: bool = False  # the failure exists only in NCCL
     fix: str = ""  # what --verify-fix changes, for people
+    # What the fault run plants in our own worker when the cause is a fault of the user's program (an exception,
+    # an exit, a bad index, ...). The fix run then merely leaves that fault out, which cannot fail: its outcome is
+    # NOT APPLICABLE, never FIXED. Empty where the fix run applies the proposed setting to the same mechanism.
+    program_fault: str = ""
 
 
 SCENARIOS: dict[str, Scenario] = {
     "socket_interface": Scenario(1, 0, fix="point the socket interface at one that exists here"),
     "port_conflict": Scenario(1, 0, fix="use a free port"),
     "rendezvous_unreachable": Scenario(1, 0, fix="connect to the address where the store listens"),
-    "collective_mismatch": Scenario(2, 0, fix="every rank calls the same collective (the fix is in the program)"),
-    "peer_exit": Scenario(2, 0, fix="the rank does not exit (the fix is in the program)"),
-    "app_exception": Scenario(2, 0, fix="the rank does not raise (the fix is in the program)"),
-    "watchdog_timeout": Scenario(2, 0, fix="a process-group timeout longer than the slow rank's delay"),
-    "invalid_usage": Scenario(1, 0, fix="a valid root rank (the fix is in the program)"),
+    "collective_mismatch": Scenario(2, 0, fix="every rank calls the same collective (the fix is in the program)",
+                                    program_fault="rank 0 calls another collective than its peers"),
+    "peer_exit": Scenario(2, 0, fix="the rank does not exit (the fix is in the program)",
+                          program_fault="one rank exits (os._exit(1)) before the collective"),
+    "app_exception": Scenario(2, 0, fix="the rank does not raise (the fix is in the program)",
+                              program_fault="one rank raises RuntimeError before the collective"),
+    "watchdog_timeout": Scenario(2, 0, fix="a process-group timeout longer than the slow rank's delay",
+                                 program_fault="one rank is late for the collective by longer than the timeout"),
+    "invalid_usage": Scenario(1, 0, fix="a valid root rank (the fix is in the program)",
+                              program_fault="broadcast with a root rank outside the world"),
     "duplicate_gpu": Scenario(2, 1, nccl_only=True, fix="one rank per GPU"),
     "gpu_visibility": Scenario(0, 1, nccl_only=True, fix="no more ranks per node than visible GPUs"),
-    "cuda_oom": Scenario(1, 1, nccl_only=True, fix="allocate within the free memory (half of it)"),
-    "cuda_error": Scenario(1, 1, nccl_only=True, fix="an in-bounds index (the fix is in the program)"),
+    "cuda_oom": Scenario(1, 1, nccl_only=True, fix="allocate within the free memory (half of it)",
+                         program_fault="allocations beyond the free GPU memory"),
+    "cuda_error": Scenario(1, 1, nccl_only=True, fix="an in-bounds index (the fix is in the program)",
+                           program_fault="an out-of-bounds index in a GPU kernel"),
     "ib_rdma": Scenario(1, 1, nccl_only=True, fix="do not force the IB transport where no HCA exists"),
     "p2p_ipc": Scenario(2, 2, nccl_only=True, fix="NCCL_P2P_DISABLE=1"),
     "shm": Scenario(2, 2, nccl_only=True, fix="NCCL_SHM_DISABLE=1"),
 }
+
+#: Said whenever watchdog_timeout is staged on CPU: the job's watchdog fired on GPU work that never finished.
+GENERIC_TIMEOUT = ("this stages a generic timeout, not the same hang: a gloo rank sleeps on the CPU past the "
+                   "process-group timeout, while the job's watchdog fired on GPU work that did not finish; a match "
+                   "shows the analysis reads such a timeout the same way, not why your job's GPU work hung "
+                   "(with a GPU per rank the late rank queues torch.cuda._sleep on its stream instead)")
 
 NOT_STAGED: dict[str, str] = {
     "version_mismatch": "needs two different NCCL/CUDA/driver installations; one machine has one",
@@ -549,6 +566,8 @@ def make_staging(diagnosis: Diagnosis, local: LocalInfo) -> Staging:
         pg_timeout = 5.0
     if expected == "watchdog_timeout":
         sleep_s = 12.0
+        if backend == "gloo":
+            notes.append(GENERIC_TIMEOUT)
     plan = Plan(scenario=expected, backend=backend, nproc=ranks, op=op, dtype=dtype, numel=numel,
                 root=root if root < ranks else 0, culprit=culprit, pg_timeout=pg_timeout, sleep_s=sleep_s, env=env)
     plan.check()

@@ -8,11 +8,13 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Mapping
+from typing import IO, Iterator, Mapping
 
 from .. import procs
 from ..errors import ReproduceError
@@ -86,22 +88,107 @@ def run_plan(plan: Plan, *, workdir: str, label: str, timeout: float, base_env: 
         except OSError as exc:
             raise ReproduceError(f"could not start the reproduction worker: {exc}") from None
         timed_out = False
+        stopped_by: int | None = None
         try:
             returncode: int | None = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
             returncode = None
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP through stop_signals()
+            stopped_by = getattr(exc, "signum", signal.SIGINT)
+            returncode = None
         finally:
             # Also after a normal exit: torchrun starts its ranks in sessions of their own, so a rank can outlive
-            # the launcher; everything carrying our marker goes.
-            kill_tree(proc, marker)
+            # the launcher; everything carrying our marker goes. On an interruption too, before we go.
+            with _signals_held():
+                kill_tree(proc, marker)
         if timed_out:
             log.write(f"\n[reproduce] time limit of {timeout:g} s reached; all processes killed\n".encode())
+        if stopped_by is not None:
+            name = signal.Signals(stopped_by).name
+            log.write(f"\n[reproduce] interrupted by {name}; all processes stopped\n".encode())
+            raise RunInterrupted(stopped_by, label, time.monotonic() - start, log_path)
     duration = time.monotonic() - start
     if progress is not None:
         progress.write(f" {duration:.1f} s{' (time limit)' if timed_out else ''}\n")
         progress.flush()
     return RunResult(returncode, timed_out, duration, log_path, plan_path, tuple(argv), marker)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Interruption: SIGINT / SIGTERM / SIGHUP while a run is under way stop its whole process tree, then us
+# ---------------------------------------------------------------------------------------------------------------
+
+_SIGNAL_STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
+
+
+class Stopped(KeyboardInterrupt):
+    """Raised by our handler for SIGTERM/SIGHUP (SIGINT raises KeyboardInterrupt itself) to leave a wait."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """A reproduction run was cut short by a signal; its processes were stopped. ``exit_code`` is 128+signal."""
+
+    def __init__(self, signum: int, label: str, duration: float, log_path: str):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+        self.label = label
+        self.duration = duration
+        self.log_path = log_path
+        self.exit_code = _SIGNAL_STATUS.get(signum, 128 + int(signum))
+
+    def reason(self) -> str:
+        run = "the reproduction run" if self.label == "reproduce" else f"the {self.label} run"
+        return (f"interrupted by {signal.Signals(self.signum).name} {self.duration:.1f} s into {run}; all of its "
+                "processes were stopped; nothing was concluded")
+
+
+def _raise_stopped(signum: int, frame: object) -> None:
+    raise Stopped(signum)
+
+
+@contextmanager
+def stop_signals() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise ``Stopped`` (a KeyboardInterrupt) for the duration, so that a run's ``finally``
+    stops its process tree instead of the interpreter dying at once and leaving the ranks behind (main thread
+    only; elsewhere nothing changes)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            old[sig] = signal.signal(sig, _raise_stopped)
+        except (OSError, ValueError):
+            pass
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """Defer SIGINT/SIGTERM/SIGHUP while the process tree is being stopped (a second Ctrl-C must not cut the
+    cleanup short); a signal that came meanwhile is raised afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    try:
+        signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+    except (OSError, ValueError, AttributeError):  # pragma: no cover - not POSIX
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, sigs)
 
 
 # ---------------------------------------------------------------------------------------------------------------
