@@ -139,7 +139,12 @@ def analyze_cmd(inputs: tuple[str, ...], fmt: str, output: str | None, html_path
         sys.exit(int(ExitCode.INTERRUPTED))
     except BrokenPipeError:
         _quiet_broken_pipe()
-    sys.exit(int(ExitCode.FAILURE_FOUND if diagnosis.root_cause else ExitCode.CLEAN))
+    sys.exit(int(exit_status(diagnosis)))
+
+
+def exit_status(diagnosis) -> ExitCode:
+    """1 when the analysis named a root cause, else 0: symptoms or cascade findings alone are no diagnosis."""
+    return ExitCode.FAILURE_FOUND if diagnosis.root_cause is not None else ExitCode.CLEAN
 
 
 def _quiet_broken_pipe() -> None:

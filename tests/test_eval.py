@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -36,6 +37,18 @@ def test_table_reports_accuracy():
     assert "overall" in table and "02_bad_ifname" in table
     ok, n = accuracy(res)["overall"]
     assert n == len(res) == 16
+    assert ok == n, [r.case for r in res if not r.ok]
+    assert re.search(r"^  overall +16/16 +100\.0%$", table, re.M), table
+
+
+def test_corpus_accuracy_and_only_known_misses():
+    """``eval fixtures/``: at least 197/200 right, and every case it gets wrong is a known miss in fixtures/hard/."""
+    hard = {c.name for c in find_cases([str(ROOT / "fixtures" / "hard")])}
+    res = evaluate([str(ROOT / "fixtures" / d) for d in ("cases", "h200-nccl-2.28.9", "hard")])
+    ok, n = accuracy(res)["overall"]
+    wrong = {r.case for r in res if not r.ok}
+    assert wrong <= hard, f"wrong outside fixtures/hard: {sorted(wrong - hard)}"
+    assert n >= 200 and ok >= 197 and ok == n - len(wrong), (ok, n)
 
 
 def _noise(n_lines: int) -> str:
