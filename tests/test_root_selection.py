@@ -1,0 +1,148 @@
+"""Root-cause selection, one case per branch: a cause that explains another wins over it (domination), the rank
+the job model says fell behind gets the benefit of the doubt (lagging bonus), between close candidates the
+earlier wins and between distant ones the more confident (tie-breaks around ``CLOSE``), and what follows from the
+cause is cascade on the other ranks (cascade attribution).
+
+Each log is made of verbatim lines from the rule examples and fixtures (the formats NCCL and PyTorch print), put
+together as a job would print them; each case is built so that exactly one branch decides it (the comments say
+what the verdict would be without it). Everything goes through the public ``analyze_text``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nccl_analyzer.analysis import analyze_text
+from nccl_analyzer.diagnose import CLOSE
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# rank 3's data loader raises (python-app-exception, 0.72; explains peer_exit, watchdog_timeout, other, ...)
+TRACEBACK_R3 = """\
+[rank3]: Traceback (most recent call last):
+[rank3]:   File "/app/train.py", line 88, in <module>
+[rank3]:     batch = next(loader)
+[rank3]: KeyError: 'input_ids'
+"""
+# NCCL_IB_HCA names a device that does not exist (nccl-ib-requested-no-device, 0.75, ib_rdma)
+IB_NO_DEVICE = """\
+vm:1230:1230 [0] NCCL INFO NCCL_IB_HCA set to mlx5_99
+vm:1230:1230 [0] NCCL INFO NET/IB : No device found.
+vm:1230:1230 [0] NCCL INFO Failed to initialize NET plugin IB
+vm:1230:1230 [0] NCCL INFO init.cc:421 -> 5
+"""
+# an IB completion error (nccl-ib-verbs-error, 0.85, ib_rdma; does not explain app_exception)
+IB_VERBS = ("gpu-07:23311:23402 [0] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer "
+            "10.1.3.8<45121> with error 12, opcode 0, len 0, vendor err 129 (Recv) localGid ::ffff:10.1.3.7 "
+            "remoteGid ::ffff:10.1.3.8\n")
+# /dev/shm full (nccl-shm-failure, 0.90, shm; does not explain app_exception)
+SHM_FULL = ("3c9ed2a6c4f0:219:254 [1] include/shmutils.h:29 NCCL WARN Error while creating shared memory segment "
+            "/dev/shm/nccl-UtV0Le (size 9637888), error: No space left on device (28)\n")
+# a message of the wrong size (torch-desync-mismatch, 0.93, collective_mismatch)
+TRUNCATED = ("nodeB:902:952 [0] transport/net_socket.cc:540 NCCL WARN NET/Socket : peer 10.1.0.10<52133> message "
+             "truncated : receiving 1048576 bytes instead of 65536. If you believe your socket network is in healthy "
+             "state, there may be a mismatch in collective sizes or environment settings (e.g. NCCL_PROTO, "
+             "NCCL_ALGO) between ranks\n")
+
+
+def _watchdog(rank: int, seq: int, sec: int) -> str:
+    return (f"[rank{rank}]:[E1129 14:02:{sec:02d}.338413520 ProcessGroupNCCL.cpp:683] [Rank {rank}] Watchdog caught "
+            f"collective operation timeout: WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, NumelIn=1048576, "
+            f"NumelOut=1048576, Timeout(ms)=600000) ran for 600087 milliseconds before timing out.\n")
+
+
+def _verdict(text: str):
+    d = analyze_text(text, name="job.log")
+    assert d.root_cause is not None, [f.rule for f in d.findings]
+    return d, d.root_cause
+
+
+# ------------------------------------------------------------------------------------------------ domination
+def _versions_differ_with_truncation() -> str:
+    """syn_nccl_versions_differ (ranks 2-3 on NCCL 2.23.4, ranks 0-1 on 2.18.5) with the size mismatch the
+    version skew causes printed by rank 2 before the watchdog fires."""
+    lines = (ROOT / "fixtures" / "cases" / "syn_nccl_versions_differ" / "log.txt").read_text().splitlines(True)
+    i = next(k for k, s in enumerate(lines) if "Watchdog caught" in s)
+    return "".join(lines[:i]) + TRUNCATED + "".join(lines[i:])
+
+
+def test_domination_cause_beats_the_more_confident_symptom_it_explains():
+    # job-nccl-versions-differ (0.78) explains collective_mismatch; torch-desync-mismatch (0.93) is 0.15 more
+    # confident and not within CLOSE: without the "explains" filter the mismatch would be the root.
+    d, rc = _verdict(_versions_differ_with_truncation())
+    assert rc.id == "version_mismatch" and rc.rule == "job-nccl-versions-differ", rc.rule
+    desync = [f for f in d.findings if f.rule == "torch-desync-mismatch"]
+    assert desync and all(f.role != "root" for f in desync)
+
+
+def test_domination_needs_a_one_way_explanation():
+    # Without the version skew the same truncation is the root cause.
+    lines = (ROOT / "fixtures" / "cases" / "syn_nccl_versions_differ" / "log.txt").read_text().splitlines(True)
+    text = "".join(s for s in lines if "NCCL version" not in s) + TRUNCATED
+    _, rc = _verdict(text)
+    assert rc.id == "collective_mismatch"
+
+
+# ------------------------------------------------------------------------------------------------ lagging bonus
+def _lagging_job(rank3_seq: int) -> str:
+    """Rank 3 raises; every rank's watchdog fires (rank 3's at ``rank3_seq``, the others' at 8); then rank 0's
+    NIC reports an IB completion error."""
+    return (TRACEBACK_R3 + _watchdog(3, rank3_seq, 10) + "".join(_watchdog(r, 8, 11 + r) for r in range(3))
+            + IB_VERBS)
+
+
+def test_lagging_bonus_blames_the_rank_that_fell_behind():
+    # app exception 0.72 vs IB verbs 0.85: 0.13 apart, outside CLOSE. Rank 3 stopped at SeqNum 7 while the
+    # others reached 8: the job model says rank 3 lags, the +0.05 brings the exception within CLOSE and, being
+    # first, it wins. Without the bonus: ib_rdma.
+    d, rc = _verdict(_lagging_job(7))
+    assert rc.id == "app_exception" and rc.ranks == (3,), (rc.id, rc.ranks)
+
+
+def test_no_lagging_rank_no_bonus():
+    # The same job with every rank at SeqNum 8: nobody lags, the more confident IB error wins.
+    _, rc = _verdict(_lagging_job(8))
+    assert rc.id == "ib_rdma", rc.id
+
+
+# ------------------------------------------------------------------------------------------------ tie-breaks
+@pytest.mark.parametrize("first,expected", [("exception", "app_exception"), ("ib", "ib_rdma")])
+def test_close_candidates_the_earlier_wins(first, expected):
+    # python-app-exception (0.72) and nccl-ib-requested-no-device (0.75) are within CLOSE of each other and
+    # neither explains the other: whichever the log shows first is the root.
+    assert 0.75 - 0.72 < CLOSE
+    text = TRACEBACK_R3 + IB_NO_DEVICE if first == "exception" else IB_NO_DEVICE + TRACEBACK_R3
+    d, rc = _verdict(text)
+    assert rc.id == expected, rc.id
+    other = "ib_rdma" if expected == "app_exception" else "app_exception"
+    assert [f.role for f in d.findings if f.id == other] == ["symptom"]
+
+
+def test_distant_candidates_the_more_confident_wins_even_when_later():
+    # python-app-exception (0.72) first, /dev/shm full (0.90) later: 0.18 apart, confidence decides.
+    assert 0.90 - 0.72 > CLOSE
+    _, rc = _verdict(TRACEBACK_R3 + SHM_FULL)
+    assert rc.id == "shm", rc.id
+    _, rc = _verdict(SHM_FULL + TRACEBACK_R3)
+    assert rc.id == "shm", rc.id
+
+
+def test_confidence_drops_with_a_close_unexplained_competitor():
+    # A close competitor of another taxonomy makes the verdict less certain than the same cause alone.
+    _, alone = _verdict(IB_NO_DEVICE)
+    _, contested = _verdict(IB_NO_DEVICE + TRACEBACK_R3)
+    assert alone.id == contested.id == "ib_rdma"
+    assert contested.confidence < alone.confidence
+
+
+# ------------------------------------------------------------------------------------------------ cascade
+def test_cascade_is_the_other_ranks_and_the_story_says_so():
+    d, rc = _verdict(_lagging_job(7))
+    assert rc.ranks == (3,)
+    cascade = [f for f in d.findings if f.role == "cascade"]
+    assert [f.rule for f in cascade] == ["torch-watchdog-timeout"] and cascade[0].ranks == (0, 1, 2)
+    assert d.cascade == cascade
+    assert "Ranks 0-2 then failed as a consequence (watchdog_timeout)" in rc.explanation, rc.explanation
+    roles = {r: info.role for r, info in d.job.ranks.items()}
+    assert roles == {0: "victim", 1: "victim", 2: "victim", 3: "culprit"}, roles
