@@ -12,6 +12,7 @@ never lands in the tree; ``fixtures/blind/`` (held out) is not copied.
     python benchmarks/mutation.py --module diagnose      # one module
     python benchmarks/mutation.py --module cli --survivors   # and list the surviving mutants
     python benchmarks/mutation.py --work /tmp/mut --keep     # keep the scratch copy (``mutmut show NAME`` there)
+    python benchmarks/mutation.py --budget 540 --max-children 16 --diffs survivors.diff   # a bounded run
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -29,11 +31,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: module -> (files mutated, mutant-name globs or () for all of them)
 MODULES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "diagnose": (("nccl_analyzer/diagnose.py",), ()),
-    "engine": (("nccl_analyzer/engine/*",), ()),
+    "diagnose": (("nccl_analyzer/diagnose.py",), ("nccl_analyzer.diagnose.*",)),
     "cli": (("nccl_analyzer/cli.py",), ("nccl_analyzer.cli.x_exit_status__mutmut_*",)),
-    "sources": (("nccl_analyzer/sources.py",), ()),
-    "job": (("nccl_analyzer/job.py",), ()),
+    "sources": (("nccl_analyzer/sources.py",), ("nccl_analyzer.sources.*",)),
+    "job": (("nccl_analyzer/job.py",), ("nccl_analyzer.job.*",)),
+    "engine": (("nccl_analyzer/engine/*",), ("nccl_analyzer.engine.*",)),
 }
 
 #: The fast selection: in-process tests that drive these modules (no torchrun, no subprocess, no browser).
@@ -48,7 +50,6 @@ TESTS = (
     "tests/test_culprit_ranks.py",
     "tests/test_evidence.py",
     "tests/test_eval.py",
-    "tests/test_layers.py",
 )
 
 _COPY = ("nccl_analyzer", "grammars", "rules", "reports", "tests", "benchmarks", "pyproject.toml")
@@ -110,13 +111,60 @@ def _results(work: Path, modules: list[str]) -> dict[str, dict[str, str]]:
     return out
 
 
+def _run_module(mutmut: list[str], work: Path, names: tuple[str, ...], max_children: int,
+                limit: float | None) -> tuple[int, str, bool]:
+    """``mutmut run`` for one module's mutants; stopped (its process group) after ``limit`` seconds."""
+    proc = subprocess.Popen([*mutmut, "run", "--max-children", str(max_children), *names], cwd=work,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=limit)
+        return proc.returncode, out, False
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            out, _ = proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, _ = proc.communicate()
+        return proc.returncode, out, True
+
+
+def _write_diffs(work: Path, res: dict[str, dict[str, str]], dest: Path) -> None:
+    """The diff of every mutant that was not killed, for judging which are equivalent."""
+    from mutmut.mutation.diff_apply import get_diff_for_mutant
+
+    here = os.getcwd()
+    os.chdir(work)
+    try:
+        with open(dest, "w", encoding="utf-8") as fh:
+            for m, st in res.items():
+                for key, status in sorted(st.items()):
+                    if status in ("killed", "timeout", "not checked", "skipped"):
+                        continue
+                    path = None
+                    for f in MODULES[m][0]:
+                        cand = f.replace("*", key.split(".")[2] + ".py") if "*" in f else f
+                        if Path(cand).exists():
+                            path = cand
+                    fh.write(f"# {key}: {status}\n")
+                    try:
+                        fh.write(get_diff_for_mutant(key, path=path) + "\n")
+                    except Exception as exc:  # noqa: BLE001 - a diff we cannot show is reported, not fatal
+                        fh.write(f"(no diff: {exc})\n")
+    finally:
+        os.chdir(here)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--module", action="append", choices=sorted(MODULES), help="repeatable; default: all")
+    ap.add_argument("--module", action="append", choices=list(MODULES), help="repeatable; default: all")
     ap.add_argument("--work", help="scratch folder (default: a new temporary one)")
     ap.add_argument("--keep", action="store_true", help="keep the scratch folder")
     ap.add_argument("--max-children", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--budget", type=float, help="seconds in all: each module gets an equal share of what is left "
+                    "(the first also pays for mutmut's stats run); mutants left unrun count as not checked")
     ap.add_argument("--survivors", action="store_true", help="list surviving mutants")
+    ap.add_argument("--diffs", help="write the diff of every surviving mutant to this file")
     args = ap.parse_args()
     modules = args.module or list(MODULES)
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="nccl-mutation-"))
@@ -125,15 +173,24 @@ def main() -> int:
     try:
         if not (work / "mutants").is_dir():
             _stage(work, modules)
-        names = [n for m in modules for n in MODULES[m][1]] if all(MODULES[m][1] for m in modules) else []
-        t0 = time.monotonic()
-        proc = subprocess.run([*mutmut, "run", "--max-children", str(args.max_children), *names], cwd=work,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        wall = time.monotonic() - t0
+        walls: dict[str, float] = {}
+        stopped: list[str] = []
+        start = time.monotonic()
+        for i, m in enumerate(modules):
+            t0 = time.monotonic()
+            limit = None
+            if args.budget:
+                limit = max(5.0, (args.budget - (t0 - start)) / (len(modules) - i))
+            rc, out, timed_out = _run_module(mutmut, work, MODULES[m][1], args.max_children, limit)
+            walls[m] = time.monotonic() - t0
+            if timed_out:
+                stopped.append(m)
+            elif rc != 0:
+                print(out[-3000:], file=sys.stderr)
+                print(f"mutmut run for {m} ended with exit status {rc}", file=sys.stderr)
         res = _results(work, modules)
-        if proc.returncode != 0 and not any(s != "not checked" for r in res.values() for s in r.values()):
-            print(proc.stdout[-4000:], file=sys.stderr)
-            print(f"mutation: mutmut failed with exit status {proc.returncode}", file=sys.stderr)
+        if not any(s != "not checked" for r in res.values() for s in r.values()):
+            print("mutation: mutmut checked no mutant", file=sys.stderr)
             return 2
         total_k = total_n = 0
         for m in modules:
@@ -147,11 +204,15 @@ def main() -> int:
                 counts[s] = counts.get(s, 0) + 1
             pct = 100.0 * k / len(tested) if tested else 0.0
             detail = ", ".join(f"{v} {s}" for s, v in sorted(counts.items()))
-            print(f"  {m:<9} {k:>5} killed of {len(tested):<5} ({pct:5.1f}%)   [{detail}]")
+            note = " (stopped at the time limit)" if m in stopped else ""
+            print(f"  {m:<9} {k:>5} killed of {len(tested):<5} ({pct:5.1f}%)  {walls[m]:6.0f} s  [{detail}]{note}")
             if args.survivors:
                 for key, s in sorted(st.items()):
                     if s not in ("killed", "timeout", "not checked", "skipped"):
                         print(f"      {s:<11} {key}")
+        if args.diffs:
+            _write_diffs(work, res, Path(args.diffs).resolve())
+        wall = sum(walls.values())
         print(f"  wall {wall:.0f} s, {total_n / wall if wall else 0:.2f} mutants/s, {args.max_children} workers"
               + (f", scratch copy {work}" if args.keep else ""))
         pct = 100.0 * total_k / total_n if total_n else 0.0
