@@ -52,6 +52,10 @@ TESTS = (
     "tests/test_eval.py",
 )
 
+#: Tests in those files that cost seconds each and kill nothing the others do not (30k-line noise, the corpus
+#: re-run as one test): left out of the mutation runs only.
+SLOW_IN_SELECTION = "not buried_in_healthy_noise and not corpus_accuracy and not generated_oom"
+
 _COPY = ("nccl_analyzer", "grammars", "rules", "reports", "tests", "benchmarks", "pyproject.toml")
 
 
@@ -72,13 +76,14 @@ def _stage(work: Path, modules: list[str]) -> None:
         else:
             (work / "fixtures").mkdir(exist_ok=True)
             shutil.copy2(d, work / "fixtures" / d.name)
-    only = [p for m in modules for p in MODULES[m][0]]
+    only = [p for m in MODULES for p in MODULES[m][0]]  # all of them, so one scratch copy serves every --module
     tests = [t for t in TESTS if (ROOT / t).exists()]
     conf = {
         "source_paths": ["nccl_analyzer"],
         "only_mutate": only,
         "also_copy": ["grammars", "rules", "reports", "fixtures", "benchmarks"],
-        "pytest_add_cli_args": ["-p", "no:cacheprovider", "-q", "-m", "not slow and not gpu and not browser"],
+        "pytest_add_cli_args": ["-p", "no:cacheprovider", "-q", "-m", "not slow and not gpu and not browser",
+                                "-k", SLOW_IN_SELECTION],
         "pytest_add_cli_args_test_selection": tests,
         "use_git_change_detection": False,
         "timeout_multiplier": 5.0,
@@ -163,6 +168,8 @@ def main() -> int:
     ap.add_argument("--max-children", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--budget", type=float, help="seconds in all: each module gets an equal share of what is left "
                     "(the first also pays for mutmut's stats run); mutants left unrun count as not checked")
+    ap.add_argument("--sample", action="append", default=[], metavar="MODULE=K",
+                    help="run every K-th mutant of MODULE only (repeatable), e.g. job=4")
     ap.add_argument("--survivors", action="store_true", help="list surviving mutants")
     ap.add_argument("--diffs", help="write the diff of every surviving mutant to this file")
     args = ap.parse_args()
@@ -175,13 +182,21 @@ def main() -> int:
             _stage(work, modules)
         walls: dict[str, float] = {}
         stopped: list[str] = []
+        sample = {m: int(k) for m, k in (x.split("=", 1) for x in args.sample)}
         start = time.monotonic()
         for i, m in enumerate(modules):
             t0 = time.monotonic()
             limit = None
             if args.budget:
                 limit = max(5.0, (args.budget - (t0 - start)) / (len(modules) - i))
-            rc, out, timed_out = _run_module(mutmut, work, MODULES[m][1], args.max_children, limit)
+            names = MODULES[m][1]
+            if m in sample:
+                known = sorted(_results(work, [m])[m]) if (work / "mutants").is_dir() else []
+                if not known:  # mutmut writes its mutants on the first run: generate them with a no-op filter
+                    _run_module(mutmut, work, ("nccl_analyzer.__none__",), args.max_children, 600)
+                    known = sorted(_results(work, [m])[m])
+                names = tuple(known[::sample[m]])
+            rc, out, timed_out = _run_module(mutmut, work, names, args.max_children, limit)
             walls[m] = time.monotonic() - t0
             if timed_out:
                 stopped.append(m)
@@ -205,6 +220,8 @@ def main() -> int:
             pct = 100.0 * k / len(tested) if tested else 0.0
             detail = ", ".join(f"{v} {s}" for s, v in sorted(counts.items()))
             note = " (stopped at the time limit)" if m in stopped else ""
+            if m in sample:
+                note += f" (every {sample[m]}th mutant of {len(st)})"
             print(f"  {m:<9} {k:>5} killed of {len(tested):<5} ({pct:5.1f}%)  {walls[m]:6.0f} s  [{detail}]{note}")
             if args.survivors:
                 for key, s in sorted(st.items()):
