@@ -76,7 +76,9 @@ def _stage(work: Path, modules: list[str]) -> None:
         else:
             (work / "fixtures").mkdir(exist_ok=True)
             shutil.copy2(d, work / "fixtures" / d.name)
-    only = [p for m in MODULES for p in MODULES[m][0]]  # all of them, so one scratch copy serves every --module
+    # Only the chosen modules: every function of a mutated file runs through mutmut's trampoline, which slows
+    # down every test that uses it (several times for sources.py / job.py, called per line and per event).
+    only = [p for m in modules for p in MODULES[m][0]]
     tests = [t for t in TESTS if (ROOT / t).exists()]
     conf = {
         "source_paths": ["nccl_analyzer"],

@@ -119,6 +119,40 @@ def test_close_candidates_the_earlier_wins(first, expected):
     assert [f.role for f in d.findings if f.id == other] == ["symptom"]
 
 
+# NCCL_DEBUG_TIMESTAMP_FORMAT stamps: a socket connect failure (nccl-socket-connect-failed, 0.80, network_connect)
+# and a CUDA IPC failure (nccl-p2p-ipc-failure, 0.88, p2p_ipc): within CLOSE, neither explains the other.
+SOCK_AT = ("[2025-06-01 10:11:{:02d}] node1:81234:81301 [3] misc/socket.cc:662 NCCL WARN socketPollConnect to "
+           "10.0.0.2<43317> failed with error Connection refused\n")
+P2P_AT = ("[2025-06-01 10:11:{:02d}] gpu4:2210:2290 [1] transport/p2p.cc:272 NCCL WARN failed to open CUDA IPC "
+          "handle : 201 invalid device context\n")
+
+
+@pytest.mark.parametrize("text,expected", [
+    (P2P_AT.format(12) + SOCK_AT.format(5), "network_connect"),  # the timestamps, not the line order, decide
+    (SOCK_AT.format(12) + P2P_AT.format(5), "p2p_ipc"),
+    (SOCK_AT.format(5) + P2P_AT.format(5), "network_connect"),   # same second: the line order decides
+    (P2P_AT.format(5) + SOCK_AT.format(5), "p2p_ipc"),
+], ids=["later_line_earlier_time", "earlier_line_later_time", "same_time_line_order", "same_time_line_order_2"])
+def test_close_candidates_timestamps_decide(text, expected):
+    assert 0.88 - 0.80 < CLOSE
+    _, rc = _verdict(text)
+    assert rc.id == expected, rc.id
+
+
+@pytest.mark.parametrize("sock_s,p2p_s,expected", [(5, 12, "network_connect"), (12, 5, "p2p_ipc"),
+                                                   (5, 5, "p2p_ipc")],
+                         ids=["socket_first", "p2p_first", "no_order_known"])
+def test_close_candidates_in_per_rank_files(tmp_path, sock_s, p2p_s, expected):
+    # One file per rank: line numbers of different files say nothing about time, the stamps do; with equal
+    # stamps nothing says which came first and the more confident wins.
+    from nccl_analyzer.analysis import analyze
+
+    (tmp_path / "rank0.log").write_text(P2P_AT.format(p2p_s))
+    (tmp_path / "rank3.log").write_text(SOCK_AT.format(sock_s))
+    rc = analyze([str(tmp_path)]).root_cause
+    assert rc is not None and rc.id == expected, rc
+
+
 def test_distant_candidates_the_more_confident_wins_even_when_later():
     # python-app-exception (0.72) first, /dev/shm full (0.90) later: 0.18 apart, confidence decides.
     assert 0.90 - 0.72 > CLOSE
@@ -146,3 +180,25 @@ def test_cascade_is_the_other_ranks_and_the_story_says_so():
     assert "Ranks 0-2 then failed as a consequence (watchdog_timeout)" in rc.explanation, rc.explanation
     roles = {r: info.role for r, info in d.job.ranks.items()}
     assert roles == {0: "victim", 1: "victim", 2: "victim", 3: "culprit"}, roles
+
+
+# ------------------------------------------------------------------------------------------------ attribution
+def _unprefixed_traceback(exitcode: str) -> str:
+    """cpu_gloo_glued_traceback (4 gloo ranks, rank 2 raises) with rank 2's traceback printed without torchrun's
+    ``[rank2]:`` prefix (a worker writing to its own stderr): only torchrun's summary says whose it is."""
+    text = (ROOT / "fixtures" / "cases" / "cpu_gloo_glued_traceback" / "log.txt").read_text()
+    text = text.replace("[rank2]: ", "").replace("[rank2]:", "").replace("sum=4Traceback", "sum=4\nTraceback")
+    return (text.replace("exitcode  : 1 (pid: 24884)", f"exitcode  : {exitcode} (pid: 24884)")
+            .replace("failed (exitcode: 1) local_rank: 2", f"failed (exitcode: {exitcode}) local_rank: 2"))
+
+
+@pytest.mark.parametrize("exitcode,ranks", [("1", (2,)), ("-6", ()), ("0", ())],
+                         ids=["exit_status", "signal", "clean_exit"])
+def test_rankless_cause_goes_to_the_rank_torchrun_saw_fail_first(exitcode, ranks):
+    # Only a rank that failed by itself (exit status > 0) is blamed; one killed by a signal may be a victim.
+    d, rc = _verdict(_unprefixed_traceback(exitcode))
+    assert rc.id == "app_exception" and rc.ranks == ranks, (rc.id, rc.ranks)
+    assert sorted(d.job.ranks) == [0, 1, 2, 3]
+    if ranks:
+        assert "The failure started on rank 2" in rc.explanation
+        assert [r for r, i in d.job.ranks.items() if i.role == "culprit"] == [2]
