@@ -202,3 +202,79 @@ def test_rankless_cause_goes_to_the_rank_torchrun_saw_fail_first(exitcode, ranks
     if ranks:
         assert "The failure started on rank 2" in rc.explanation
         assert [r for r, i in d.job.ranks.items() if i.role == "culprit"] == [2]
+
+
+# ------------------------------------------------------------------------------------------------ confidence
+def _conf(rule_id: str) -> float:
+    from nccl_analyzer.engine.loader import load_rules
+
+    return {r.id: r.confidence for r in load_rules(())}[rule_id]
+
+
+@pytest.mark.parametrize("name,text,rule,delta", [
+    # the rule's own confidence when nothing else is in the log
+    ("alone", IB_NO_DEVICE, "nccl-ib-requested-no-device", 0.0),
+    ("alone_2", TRACEBACK_R3, "python-app-exception", 0.0),
+    # +0.03 when it explains another finding (the watchdog timeout it caused)
+    ("explains", TRACEBACK_R3 + _watchdog(0, 8, 11), "python-app-exception", 0.03),
+    # -0.10 per taxonomy of an unexplained competitor within 0.15 of it
+    ("close_competitor", IB_NO_DEVICE + TRACEBACK_R3, "nccl-ib-requested-no-device", -0.10),
+    # no penalty for a competitor further away
+    ("distant_competitor", SHM_FULL + TRACEBACK_R3, "nccl-shm-failure", 0.0),
+    # +0.05 for another rule of the same taxonomy (corroboration)
+    ("corroborated", IB_VERBS + IB_NO_DEVICE, "nccl-ib-verbs-error", 0.05),
+    # +0.03 explains, +0.03 the job model blames the same rank, -0.10 the close IB competitor
+    ("lagging", _lagging_job(7), "python-app-exception", 0.03 + 0.03 - 0.10),
+    ("not_lagging", _lagging_job(8), "nccl-ib-verbs-error", 0.03 - 0.10),
+])
+def test_confidence_adjustments(name, text, rule, delta):
+    _, rc = _verdict(text)
+    assert rc.rule == rule
+    assert rc.confidence == pytest.approx(_conf(rule) + delta), (name, rc.confidence)
+
+
+def test_confidence_is_capped_below_certainty():
+    # 04_duplicate_gpu: 0.95 + 0.05 (nccl-busid-shared corroborates) + 0.03 (explains) is capped at 0.99.
+    from nccl_analyzer.analysis import analyze
+
+    rc = analyze([str(ROOT / "fixtures" / "h200-nccl-2.28.9" / "04_duplicate_gpu")]).root_cause
+    assert _conf(rc.rule) + 0.05 + 0.03 > 0.99 and rc.confidence == pytest.approx(0.99)
+
+
+# ------------------------------------------------------------------------------------------------ the story
+def test_many_hosts_story_gpus_and_healthy_rank():
+    # Six ranks on six nodes; five hit a CUDA failure (nccl-cuda-failure), rank 5 is fine.
+    text = "".join(f"node{r}:10{r}:10{r} [0] NCCL INFO ncclCommInitRankConfig comm 0x1 rank {r} nranks 6 cudaDev 0 "
+                   f"busId 1000 commId 0x2 - Init START\n" for r in range(6))
+    text += "".join(f"node{r}:10{r}:11{r} [0] misc/strongstream.cc:402 NCCL WARN Cuda failure 'device-side assert "
+                    f"triggered'\n" for r in range(5))
+    d, rc = _verdict(text)
+    assert rc.id == "cuda_error" and rc.ranks == (0, 1, 2, 3, 4)
+    assert rc.hosts == ("node0", "node1", "node2", "node3", "node4")
+    assert rc.gpus == tuple(f"node{r}:cuda0 (busId 1000)" for r in range(5))
+    assert rc.explanation.endswith(" The failure started on ranks 0-4 (node0, node1, node2 and 2 more hosts)."), \
+        rc.explanation[-120:]
+    roles = {r: i.role for r, i in d.job.ranks.items()}
+    assert roles == {0: "culprit", 1: "culprit", 2: "culprit", 3: "culprit", 4: "culprit", 5: "healthy"}
+
+
+def test_story_names_torchruns_first_observed_failure_as_a_victim():
+    from nccl_analyzer.analysis import analyze
+
+    rc = analyze([str(ROOT / "fixtures" / "cases" / "cpu_gloo_rank3_sleeps")]).root_cause
+    assert rc.ranks == (3,)
+    assert rc.explanation.endswith(" The failure started on rank 3 (localhost). Ranks 0-2 then failed as a "
+                                   "consequence (other, peer_exit); those are cascade, not causes. torchrun's "
+                                   "'first observed failure' (rank 0) is a victim, not the cause."), rc.explanation
+
+
+@pytest.mark.parametrize("ranks,cap,text", [
+    ([0, 1, 2, 5], 6, "0-2, 5"), ([0, 1], 6, "0, 1"), ([3], 6, "3"), ([], 6, ""), ([5, 5, 4], 6, "4, 5"),
+    (["3", 1], 6, "1, 3"), ([0, 2, 4, 6, 8, 10, 12, 14, 15], 6, "0, 2, 4, 6, 8, 10 and 3 more"),
+    ([0, 1, 2, 3, 10, 11, 20, 30, 40, 50, 60, 70], 6, "0-3, 10, 11, 20, 30, 40, 50 and 2 more"),
+    ([0, 2, 4, 6], 2, "0, 2 and 2 more"), ([0, 2, 4, 6, 7, 8], 3, "0, 2, 4 and 3 more"),
+])
+def test_rank_list(ranks, cap, text):
+    from nccl_analyzer.diagnose import rank_list
+
+    assert rank_list(ranks, cap=cap) == text
