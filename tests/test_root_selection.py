@@ -278,3 +278,60 @@ def test_rank_list(ranks, cap, text):
     from nccl_analyzer.diagnose import rank_list
 
     assert rank_list(ranks, cap=cap) == text
+
+
+# ------------------------------------------------------------------------------------------------ invariants
+def _corpus():
+    from nccl_analyzer.evaluate import find_cases
+
+    return find_cases([str(ROOT / "fixtures" / d) for d in ("cases", "h200-nccl-2.28.9")])
+
+
+@pytest.fixture(scope="module")
+def corpus_verdicts():
+    from nccl_analyzer.analysis import analyze
+    from nccl_analyzer.engine.loader import load_rules
+
+    rules = load_rules(())
+    return [(c.name, analyze([str(c)], rules=rules)) for c in _corpus()]
+
+
+def test_findings_order_roles_and_evidence_on_every_labeled_case(corpus_verdicts):
+    from nccl_analyzer.engine.run import EVIDENCE_CAP
+
+    order = {"root": 0, "symptom": 1, "cascade": 2}
+    for name, d in corpus_verdicts:
+        fs = d.findings
+        keys = [(order[f.role], -round(f.confidence, 3), f.rule,
+                 (f.evidence[0].path, f.evidence[0].line) if f.evidence else ("", 0)) for f in fs]
+        assert keys == sorted(keys), name
+        assert len({(f.rule, f.role) for f in fs}) == len(fs), f"{name}: one finding per rule and role"
+        assert d.cascade == [f for f in fs if f.role == "cascade"], name
+        roots = [f for f in fs if f.role == "root"]
+        rc = d.root_cause
+        if rc is None:
+            assert not roots and all(i.role != "culprit" for i in d.job.ranks.values()), name
+            continue
+        assert [f.rule for f in roots] == [rc.rule], name
+        assert 0.05 <= rc.confidence <= 0.99, name
+        ev = [(e.path, e.line) for e in rc.evidence]
+        assert len(ev) == len(set(ev)) and 1 <= len(ev) <= EVIDENCE_CAP, name
+        own = [(e.path, e.line) for e in roots[0].evidence]
+        assert ev[:len(own)] == own[:len(ev)], f"{name}: the root's own evidence comes first"
+        for f in fs:
+            if f.role == "cascade" and f.ranks:
+                assert not set(f.ranks) & set(rc.ranks) or set(f.ranks) <= set(rc.ranks), (name, f.rule)
+        for r, info in d.job.ranks.items():
+            assert (info.role == "culprit") == (r in rc.ranks), (name, r, info.role)
+
+
+def test_root_evidence_adds_the_corroborating_rules_first_lines():
+    # 04_duplicate_gpu: nccl-duplicate-gpu is the root, nccl-busid-shared (same taxonomy) corroborates it; the
+    # root quotes its own lines, then up to two of the corroborating rule's.
+    from nccl_analyzer.analysis import analyze
+
+    d = analyze([str(ROOT / "fixtures" / "h200-nccl-2.28.9" / "04_duplicate_gpu")])
+    by_rule = {f.rule: f for f in d.findings}
+    own = list(by_rule["nccl-duplicate-gpu"].evidence)
+    extra = [e for e in by_rule["nccl-busid-shared"].evidence[:2] if e not in own]
+    assert extra and list(d.root_cause.evidence) == (own + extra)[:6]
