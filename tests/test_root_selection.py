@@ -139,16 +139,18 @@ def test_close_candidates_timestamps_decide(text, expected):
     assert rc.id == expected, rc.id
 
 
-@pytest.mark.parametrize("sock_s,p2p_s,expected", [(5, 12, "network_connect"), (12, 5, "p2p_ipc"),
-                                                   (5, 5, "p2p_ipc")],
-                         ids=["socket_first", "p2p_first", "no_order_known"])
-def test_close_candidates_in_per_rank_files(tmp_path, sock_s, p2p_s, expected):
+@pytest.mark.parametrize("sock_s,p2p_s,sock_file,expected", [
+    (5, 12, "rank3.log", "network_connect"), (12, 5, "rank3.log", "p2p_ipc"),
+    (5, 5, "rank3.log", "p2p_ipc"), (5, 5, "rank0.log", "p2p_ipc"), (12, 5, "rank0.log", "p2p_ipc"),
+], ids=["socket_first", "p2p_first", "no_order_known", "no_order_known_socket_file_read_first",
+        "p2p_first_socket_file_read_first"])
+def test_close_candidates_in_per_rank_files(tmp_path, sock_s, p2p_s, sock_file, expected):
     # One file per rank: line numbers of different files say nothing about time, the stamps do; with equal
-    # stamps nothing says which came first and the more confident wins.
+    # stamps nothing says which came first and the more confident wins, whichever file is read first.
     from nccl_analyzer.analysis import analyze
 
-    (tmp_path / "rank0.log").write_text(P2P_AT.format(p2p_s))
-    (tmp_path / "rank3.log").write_text(SOCK_AT.format(sock_s))
+    (tmp_path / ("rank3.log" if sock_file == "rank0.log" else "rank0.log")).write_text(P2P_AT.format(p2p_s))
+    (tmp_path / sock_file).write_text(SOCK_AT.format(sock_s))
     rc = analyze([str(tmp_path)]).root_cause
     assert rc is not None and rc.id == expected, rc
 
@@ -278,6 +280,14 @@ def test_rank_list(ranks, cap, text):
     from nccl_analyzer.diagnose import rank_list
 
     assert rank_list(ranks, cap=cap) == text
+
+
+def test_rank_list_default_cap_is_six_runs():
+    from nccl_analyzer.diagnose import rank_list
+
+    assert rank_list([0, 2, 4, 6, 8, 10]) == "0, 2, 4, 6, 8, 10"
+    assert rank_list([0, 2, 4, 6, 8, 10, 12]) == "0, 2, 4, 6, 8, 10 and 1 more"
+    assert rank_list([0, 2, 4], cap=3) == "0, 2, 4"
 
 
 # ------------------------------------------------------------------------------------------------ invariants
