@@ -48,7 +48,6 @@ TESTS = (
     "tests/test_sources.py",
     "tests/test_cross_rank.py",
     "tests/test_culprit_ranks.py",
-    "tests/test_evidence.py",
     "tests/test_eval.py",
 )
 

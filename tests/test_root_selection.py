@@ -100,6 +100,22 @@ def test_lagging_bonus_blames_the_rank_that_fell_behind():
     assert rc.id == "app_exception" and rc.ranks == (3,), (rc.id, rc.ranks)
 
 
+def _status(rank: int, seq: int, done: int, sec: int) -> str:
+    return (f"[rank{rank}]:[E1129 14:02:{sec:02d}.414496538 ProcessGroupNCCL.cpp:2303] [PG ID 0 PG GUID 0(default_pg) "
+            f"Rank {rank}]  failure detected by watchdog at work sequence id: {seq} PG status: last enqueued work: "
+            f"{seq}, last completed work: {done}\n")
+
+
+@pytest.mark.parametrize("rank3_done,expected", [(6, "app_exception"), (7, "ib_rdma")], ids=["behind", "level"])
+def test_lagging_by_last_completed_work(rank3_done, expected):
+    # Every watchdog names SeqNum 8; the PG status lines say rank 3 completed only up to 6, the others 7: rank 3
+    # lags by what it finished, not by what it was waiting in.
+    text = (TRACEBACK_R3 + _watchdog(3, 8, 10) + _status(3, 8, rank3_done, 10)
+            + "".join(_watchdog(r, 8, 11 + r) + _status(r, 8, 7, 11 + r) for r in range(3)) + IB_VERBS)
+    _, rc = _verdict(text)
+    assert rc.id == expected, rc.id
+
+
 def test_no_lagging_rank_no_bonus():
     # The same job with every rank at SeqNum 8: nobody lags, the more confident IB error wins.
     _, rc = _verdict(_lagging_job(8))
