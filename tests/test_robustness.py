@@ -7,10 +7,11 @@ between, per-rank files instead of one log, duplicated records.
 
 Transformations that DROP lines (``warn_only``, ``no_nccl``, ``head_cut``) can destroy the evidence. Whether a
 (case, transformation) pair applies is decided mechanically, never by name: the untransformed case is analyzed
-(its verdict is pinned by ``test_eval``), and the pair applies only when at least one KEY evidence line of the
-labeled cause survives the transformation (``head_cut``: lies 3 lines or more after the cut). A key line is the first evidence line of the root cause and of
-every finding with the labeled taxonomy id (the event that made its rule fire). A healthy case (label
-``null``) has no evidence to lose: every transformation applies.
+only to find the KEY evidence lines of the labeled cause, and the pair applies when at least one of them survives
+the transformation (``head_cut``: lies 3 lines or more after the cut). A key line is the first evidence line of
+every finding with the labeled taxonomy id (the event that made its rule fire). A healthy case (label ``null``)
+has no evidence to lose, and a labeled case without any such finding is a regression: both apply everywhere.
+After a dropping transformation the culprit ranks may become unknown, never wrong (a subset of the label's).
 
 Every test asserts the LABEL (``label.json``: ``root_cause``, and ``ranks`` where the case names the culprit
 ranks), never the analyzer's own verdict on the original. Cases in ``fixtures/hard/`` are known misses (see its
