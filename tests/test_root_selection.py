@@ -116,6 +116,15 @@ def test_lagging_by_last_completed_work(rank3_done, expected):
     assert rc.id == expected, rc.id
 
 
+def test_lagging_when_only_some_ranks_print_their_pg_status():
+    # Rank 3 prints only its watchdog line (waiting in SeqNum 8, so it completed 7); the others also print PG
+    # status lines saying they completed 8: rank 3 is behind.
+    text = (TRACEBACK_R3 + _watchdog(3, 8, 10)
+            + "".join(_watchdog(r, 9, 11 + r) + _status(r, 9, 8, 11 + r) for r in range(3)) + IB_VERBS)
+    _, rc = _verdict(text)
+    assert rc.id == "app_exception" and rc.ranks == (3,), (rc.id, rc.ranks)
+
+
 def test_no_lagging_rank_no_bonus():
     # The same job with every rank at SeqNum 8: nobody lags, the more confident IB error wins.
     _, rc = _verdict(_lagging_job(8))
