@@ -161,10 +161,15 @@ def analyze_cmd(inputs: tuple[str, ...], fmt: str, output: str | None, html_path
     sys.exit(_verdict_status(diagnosis))
 
 
+def exit_status(diagnosis) -> ExitCode:
+    """1 when the analysis named a root cause, else 0: symptoms or cascade findings alone are no diagnosis."""
+    return ExitCode.FAILURE_FOUND if diagnosis.root_cause is not None else ExitCode.CLEAN
+
+
 def _verdict_status(diagnosis) -> int:
     if diagnosis is None:
         return int(ExitCode.CLEAN)
-    return int(ExitCode.FAILURE_FOUND if diagnosis.root_cause else ExitCode.CLEAN)
+    return int(exit_status(diagnosis))
 
 
 def check_writable(path: str, flag: str) -> None:

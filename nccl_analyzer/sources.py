@@ -19,8 +19,9 @@ from .model import Line
 #: Longest line kept; the rest of a longer line is dropped (and the line marked truncated).
 MAX_LINE = 64 * 1024
 
-# CSI / OSC / single-char escapes, as terminals, `rich`, glog colour and `ls --color` emit them.
-_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+# CSI / OSC / single-char escapes, as terminals, `rich`, glog colour and `ls --color` emit them, and nF escapes
+# (``ESC ( B``, the charset reset `tput sgr0` prints before ``ESC [m``).
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[ -/]+[0-~]|[@-Z\\-_])")
 _CTRL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 # Wrapper prefixes, outermost first. Each may appear once, in this order, before the payload:

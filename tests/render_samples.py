@@ -6,7 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
-from nccl_analyzer.model import Diagnosis, Event, Evidence, Finding, Fix, Reproduction, RootCause
+from nccl_analyzer.model import Diagnosis, Event, Evidence, Finding, Fix, Reproduction
 
 ROOT = Path(__file__).resolve().parent.parent
 _CANDIDATES = (ROOT / "fixtures" / "h200-nccl-2.28.9", ROOT.parent / "shared" / "fixtures" / "h200-nccl-2.28.9")
@@ -45,54 +45,28 @@ def ev(path: Path | str, needle: str) -> Evidence:
 
 
 def analyze_path(path: Path | str) -> Diagnosis:
-    """The real pipeline; with no rules when the rule set does not load (the rule tests report that)."""
+    """The real pipeline with the built-in rules; a rule set that does not load is an error here too."""
     from nccl_analyzer.analysis import analyze
-    from nccl_analyzer.errors import RuleError
 
-    try:
-        return analyze([str(path)])
-    except RuleError:
-        return analyze([str(path)], rules=[])
-
-
-def _duplicate_gpu_verdict(log: Path) -> tuple[RootCause, list[Finding]]:
-    """What the rules should say about 04_duplicate_gpu (used only until the rule engine says it)."""
-    e1 = ev(log, "NCCL WARN Duplicate GPU detected : rank 1")
-    e0 = ev(log, "NCCL WARN Duplicate GPU detected : rank 0")
-    err = ev(log, "torch.distributed.DistBackendError")
-    child = ev(log, "ChildFailedError: ")
-    fix = Fix(summary="Give each rank its own GPU: call torch.cuda.set_device(local_rank) before init_process_group, "
-                      "and start at most as many ranks per node as it has GPUs.",
-              env={}, commands=("torchrun --nproc_per_node=<GPUs per node> train.py",))
-    rc = RootCause(id="duplicate_gpu", title="Ranks 0 and 1 both use CUDA device 60", confidence=0.95, ranks=(0, 1),
-                   hosts=("vm",), evidence=(e1, e0),
-                   explanation="NCCL refuses to create a communicator in which two ranks share one GPU; "
-                               "every rank failed in init.", fix=fix, rule="nccl-duplicate-gpu")
-    findings = [
-        Finding(rule="nccl-duplicate-gpu", id="duplicate_gpu", role="root", title=rc.title, confidence=0.95,
-                ranks=(0, 1), hosts=("vm",), evidence=(e1, e0), explanation=rc.explanation, fix=fix),
-        Finding(rule="torch-nccl-error", id="invalid_usage", role="symptom", title="ncclInvalidUsage raised in init",
-                confidence=0.6, ranks=(0, 1), hosts=("vm",), evidence=(err,)),
-        Finding(rule="torchelastic-child-failed", id="peer_exit", role="cascade",
-                title="torchrun tore the job down", confidence=0.3, ranks=(0, 1), hosts=("localhost",),
-                evidence=(child,)),
-    ]
-    return rc, findings
+    return analyze([str(path)])
 
 
 def duplicate_gpu(log: Path | None = None) -> Diagnosis:
-    """``analyze()`` on 04_duplicate_gpu (or a copy of it); the verdict is filled in while rules are missing."""
+    """``analyze()`` on 04_duplicate_gpu (or a copy of it), checked against its label: the renderer tests render
+    a real verdict, so an analysis that names no cause (or another one) fails them here, loudly."""
     log = log or log_path("04_duplicate_gpu")
     d = analyze_path(log)
-    if d.root_cause is None:
-        rc, findings = _duplicate_gpu_verdict(log)
-        d = dataclasses.replace(d, root_cause=rc, findings=findings,
-                                cascade=[f for f in findings if f.role == "cascade"])
+    want = label("04_duplicate_gpu")["root_cause"]
+    got = d.root_cause.id if d.root_cause else None
+    assert got == want, f"{log}: the analysis says {got}, the label {want}: the renderer tests need the real verdict"
     return d
 
 
 def ok_case() -> Diagnosis:
-    return analyze_path(log_path("01_ok_subsys_all"))
+    """``analyze()`` on the healthy 01_ok_subsys_all; it must name no cause (its label)."""
+    d = analyze_path(log_path("01_ok_subsys_all"))
+    assert label("01_ok_subsys_all")["root_cause"] is None and d.root_cause is None, d.root_cause
+    return d
 
 
 def label(case: str) -> dict:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from nccl_analyzer.analysis import analyze
+from nccl_analyzer.engine.loader import load_rules
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = sorted(p.parent for p in (ROOT / "fixtures").glob("*/*/label.json")
@@ -16,6 +17,6 @@ CASES = sorted(p.parent for p in (ROOT / "fixtures").glob("*/*/label.json")
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_culprit_ranks(case):
     label = json.loads((case / "label.json").read_text())
-    d = analyze([str(case)])
+    d = analyze([str(case)], rules=load_rules(()))
     assert d.root_cause is not None
     assert sorted(d.root_cause.ranks) == sorted(label["ranks"]), d.root_cause.title

@@ -1,13 +1,16 @@
 """Measured accuracy on every labeled case, and robustness: a failure buried in healthy noise keeps its answer."""
 from __future__ import annotations
 
+import functools
 import json
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 
 from nccl_analyzer.analysis import analyze
+from nccl_analyzer.engine.loader import load_rules
 from nccl_analyzer.evaluate import accuracy, evaluate, find_cases, format_table
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -15,10 +18,16 @@ CASE_DIRS = [ROOT / "fixtures" / "h200-nccl-2.28.9", ROOT / "fixtures" / "cases"
 ALL = find_cases([str(d) for d in CASE_DIRS])
 
 
+@functools.lru_cache(maxsize=1)
+def _rules():
+    """The built-in rules, loaded once (analyze() would load them per case: 0.1 s each)."""
+    return load_rules(())
+
+
 @pytest.mark.parametrize("case", ALL, ids=[c.name for c in ALL])
 def test_labeled_case(case):
     label = json.loads((case / "label.json").read_text())
-    d = analyze([str(case)])
+    d = analyze([str(case)], rules=_rules())
     got = d.root_cause.id if d.root_cause else None
     assert got == label["root_cause"], f"{case.name}: got {got} ({d.root_cause.rule if d.root_cause else ''})"
 
@@ -36,6 +45,18 @@ def test_table_reports_accuracy():
     assert "overall" in table and "02_bad_ifname" in table
     ok, n = accuracy(res)["overall"]
     assert n == len(res) == 16
+    assert ok == n, [r.case for r in res if not r.ok]
+    assert re.search(r"^  overall +16/16 +100\.0%$", table, re.M), table
+
+
+def test_corpus_accuracy_and_only_known_misses():
+    """``eval fixtures/``: at least 197/200 right, and every case it gets wrong is a known miss in fixtures/hard/."""
+    hard = {c.name for c in find_cases([str(ROOT / "fixtures" / "hard")])}
+    res = evaluate([str(ROOT / "fixtures" / d) for d in ("cases", "h200-nccl-2.28.9", "hard")])
+    ok, n = accuracy(res)["overall"]
+    wrong = {r.case for r in res if not r.ok}
+    assert wrong <= hard, f"wrong outside fixtures/hard: {sorted(wrong - hard)}"
+    assert n >= 200 and ok >= 197 and ok == n - len(wrong), (ok, n)
 
 
 def _noise(n_lines: int) -> str:

@@ -1,20 +1,27 @@
 """Evidence is quoted verbatim: for every labeled case, each quoted line is the input's line at that number."""
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
 
 from nccl_analyzer.analysis import analyze
+from nccl_analyzer.engine.loader import load_rules
 from nccl_analyzer.sources import clean_text, Source
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = sorted(p.parent for p in (ROOT / "fixtures").rglob("label.json"))
 
 
+@functools.lru_cache(maxsize=1)
+def _rules():
+    return load_rules(())
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_evidence_lines_are_verbatim_and_correctly_numbered(case):
-    d = analyze([str(case)])
+    d = analyze([str(case)], rules=_rules())
     assert d.stats["parser_errors"] == 0, "a parser raised on a real line (see TorchParser.feed)"
     quoted = [e for f in d.findings for e in f.evidence]
     if d.root_cause:

@@ -151,10 +151,29 @@ def test_17_torch_detail_c10d_info():
 
 @pytest.mark.parametrize("case", sorted(p.name for p in FIX.iterdir() if p.is_dir()))
 def test_fixture_parses_without_loss(case):
-    ev = _fixture(case)
-    # every multi-line event's lines are inside its span; no event spans backwards
-    for e in ev:
-        assert e.end_line is None or e.end_line >= e.line
+    """The whole pipeline's event stream (``events`` with text): every input line lies inside some event's span,
+    each event's ``text`` is its first line verbatim, and a multi-line event's ``lines`` are its span's lines
+    (in order; interleaved output of another rank may sit between them)."""
+    from nccl_analyzer.export import iter_events
+
+    path = FIX / case / "log.txt"
+    raw = path.read_text(encoding="utf-8").split("\n")
+    if raw and raw[-1] == "":
+        raw.pop()
+    covered = [False] * (len(raw) + 1)
+    for e in iter_events([str(path)]):
+        end = e.end_line or e.line
+        assert 1 <= e.line <= end <= len(raw), (e.kind, e.line, e.end_line)
+        assert e.text == raw[e.line - 1], (e.kind, e.line)
+        for n in range(e.line, end + 1):
+            covered[n] = True
+        lines = e.fields.get("lines")
+        if lines:
+            assert lines[0] == raw[e.line - 1] and lines[-1] == raw[end - 1], (e.kind, e.line)
+            span = iter(raw[e.line - 1:end])
+            assert all(any(x == y for y in span) for x in lines), f"{e.kind} at {e.line}: lines not in its span"
+    lost = [n for n in range(1, len(raw) + 1) if not covered[n]]
+    assert not lost, f"lines in no event: {lost[:10]}"
 
 
 # ------------------------------------------------------------------------------ public issue lines

@@ -5,14 +5,91 @@ import json
 
 import render_samples as rs
 
+from nccl_analyzer.model import Diagnosis, Evidence, Fix, InputInfo, JobModel, RootCause
 from nccl_analyzer.render import render
+
+# What CONTRACT.md's JSON looks like for a small hand-built diagnosis: keys sorted at every level, two-space
+# indent, one trailing newline. Written out by hand (not computed the way render/json.py computes it).
+SMALL_JSON = """{
+  "findings": [],
+  "inputs": [
+    {
+      "lines": 3,
+      "path": "a.log"
+    }
+  ],
+  "job": {
+    "backend": null,
+    "cuda_driver": null,
+    "env": {
+      "A": "2",
+      "B": "1"
+    },
+    "nccl_versions": [],
+    "network": {},
+    "ranks": [],
+    "torch_version": null,
+    "world_size": 2
+  },
+  "reproduction": null,
+  "root_cause": {
+    "confidence": 0.9,
+    "evidence": [
+      {
+        "line": 2,
+        "path": "a.log",
+        "text": "x"
+      }
+    ],
+    "explanation": "e",
+    "fix": {
+      "commands": [],
+      "env": {
+        "MASTER_PORT": "29501"
+      },
+      "summary": "s"
+    },
+    "hosts": [
+      "n1"
+    ],
+    "id": "port_conflict",
+    "ranks": [
+      0
+    ],
+    "rule": "r",
+    "title": "Port 29500 in use"
+  },
+  "schema": "nccl-analyzer/diagnosis/v1",
+  "stats": {
+    "a": 2,
+    "z": 1
+  },
+  "warnings": []
+}
+"""
+
+
+def test_json_literal_for_a_small_diagnosis():
+    rc = RootCause(id="port_conflict", title="Port 29500 in use", confidence=0.9, ranks=(0,), hosts=("n1",),
+                   evidence=(Evidence(path="a.log", line=2, text="x"),), explanation="e",
+                   fix=Fix(summary="s", env={"MASTER_PORT": "29501"}), rule="r")
+    d = Diagnosis(inputs=[InputInfo(path="a.log", lines=3)], root_cause=rc, findings=[],
+                  job=JobModel(world_size=2, env={"B": "1", "A": "2"}), stats={"z": 1, "a": 2})
+    assert render(d, "json") == SMALL_JSON
+
+
+def _sorted_pairs(pairs):
+    keys = [k for k, _ in pairs]
+    assert keys == sorted(keys), keys
+    return dict(pairs)
 
 
 def test_json_is_to_dict_sorted_indented():
     d = rs.duplicate_gpu()
     out = render(d, "json")
-    assert out == json.dumps(d.to_dict(), sort_keys=True, indent=2) + "\n"
-    data = json.loads(out)
+    assert out.endswith("}\n") and not out.endswith("\n\n") and out.startswith('{\n  "findings": [')
+    data = json.loads(out, object_pairs_hook=_sorted_pairs)  # keys sorted in every object
+    assert data == json.loads(json.dumps(d.to_dict()))
     assert data["schema"] == "nccl-analyzer/diagnosis/v1"
     assert {"schema", "inputs", "root_cause", "findings", "reproduction", "job"} <= set(data)
     rc = data["root_cause"]

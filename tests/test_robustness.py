@@ -7,10 +7,15 @@ between, per-rank files instead of one log, duplicated records.
 
 Transformations that DROP lines (``warn_only``, ``no_nccl``, ``head_cut``) can destroy the evidence. Whether a
 (case, transformation) pair applies is decided mechanically, never by name: the untransformed case is analyzed
-(its verdict is pinned by ``test_eval``), and the pair applies only when at least one KEY evidence line of the
-labeled cause survives the transformation (``head_cut``: lies 3 lines or more after the cut). A key line is the first evidence line of the root cause and of
-every finding with the labeled taxonomy id (the event that made its rule fire). A healthy case (label
-``null``) has no evidence to lose: every transformation applies.
+only to find the KEY evidence lines of the labeled cause, and the pair applies when at least one of them survives
+the transformation (``head_cut``: lies 3 lines or more after the cut). A key line is the first evidence line of
+every finding with the labeled taxonomy id (the event that made its rule fire). A healthy case (label ``null``)
+has no evidence to lose, and a labeled case without any such finding is a regression: both apply everywhere.
+After a dropping transformation the culprit ranks may become unknown, never wrong (a subset of the label's).
+
+Every test asserts the LABEL (``label.json``: ``root_cause``, and ``ranks`` where the case names the culprit
+ranks), never the analyzer's own verdict on the original. Cases in ``fixtures/hard/`` are known misses (see its
+README): they are listed and skipped by name, before anything runs.
 
 Ids: ``<case>-<transformation>`` (``pytest -k no_nccl``).
 """
@@ -32,7 +37,11 @@ from nccl_analyzer.sources import _is_log_candidate, expand_inputs
 
 ROOT = Path(__file__).resolve().parent.parent
 CASE_DIRS = [ROOT / "fixtures" / "cases", ROOT / "fixtures" / "h200-nccl-2.28.9"]
+HARD_DIR = ROOT / "fixtures" / "hard"
 CASES = find_cases([str(d) for d in CASE_DIRS])
+#: Known misses: fixtures/hard/ holds them (its README says why each is missed).
+HARD = find_cases([str(HARD_DIR)]) if HARD_DIR.is_dir() else []
+HARD_NAMES = {c.name for c in HARD}
 
 Lines = list[str]
 Files = dict[str, Lines]
@@ -304,6 +313,18 @@ KEEPS: dict[str, Callable[[int, str, int], bool]] = {
     "head_cut": lambda i, s, n: i >= int(n * 0.3) + 3,
 }
 
+#: Culprit ranks the analysis is known to get wrong after a transformation (found when these tests began to
+#: assert the label's ``ranks``). Only the rank check is left out for them, the cause is still asserted; each
+#: is a bug to fix, not an accepted answer.
+RANK_MISSES: dict[tuple[str, str], str] = {
+    ("cpu_gloo_rank1_sigkill", "srun_label"):
+        "the launcher's lines carry srun task id 0, which is read as global rank 0: rank 0 is blamed too",
+    ("public4_pytorch150916_killed_peer_remote_error", "noise"):
+        "ranks of the healthy noise processes' communicator are blamed (the label names no culprit rank)",
+    ("syn_peer_exit_node2_gone", "head_cut"):
+        "with the init lines cut, ranks 0-2 of the surviving node are blamed beside node 2's ranks 8-15",
+}
+
 TRANSFORMS: dict[str, Callable[[Files], Files]] = {
     "warn_only": _map(warn_only),
     "no_nccl": _map(no_nccl),
@@ -375,28 +396,37 @@ def _analyze(path: Path):
     return a.finish()
 
 
+def _label(case: Path) -> dict:
+    return json.loads((case / "label.json").read_text(encoding="utf-8"))
+
+
 @functools.lru_cache(maxsize=None)
-def _baseline(case: Path) -> tuple[str | None, frozenset[tuple[str, int]]]:
-    """The untransformed verdict (equal to the label: ``test_eval`` pins that) and the key evidence lines
-    (file name, 1-based line) of that cause."""
+def _key_lines(case: Path) -> frozenset[tuple[str, int]]:
+    """The key evidence lines (file name, 1-based line) of the LABELED cause in the untransformed case: the first
+    evidence line of every finding whose taxonomy id is the label's (and of the root cause, if it is that id).
+    Only used to decide whether a dropping transformation leaves anything to diagnose; the verdict itself is
+    compared with the label."""
+    want = _label(case)["root_cause"]
+    if want is None:
+        return frozenset()
     d = _analyze(case)
-    label = d.root_cause.id if d.root_cause else None
-    if label is None:
-        return None, frozenset()
     keys = set()
-    if d.root_cause and d.root_cause.id == label and d.root_cause.evidence:
+    if d.root_cause and d.root_cause.id == want and d.root_cause.evidence:
         e = d.root_cause.evidence[0]
         keys.add((Path(e.path).name, e.line))
     for f in d.findings:
-        if f.id == label and f.evidence:
+        if f.id == want and f.evidence:
             keys.add((Path(f.evidence[0].path).name, f.evidence[0].line))
-    return label, frozenset(keys)
+    return frozenset(keys)
 
 
 def _applies(case: Path, tname: str) -> bool:
-    label, keys = _baseline(case)
+    """False only when the labeled cause has key lines and the (dropping) transformation removes all of them.
+    A labeled case whose untransformed analysis shows no finding of the labeled id applies everywhere (and
+    fails: that is a regression, not a reason to skip)."""
+    keys = _key_lines(case)
     keep = KEEPS.get(tname)
-    if label is None or keep is None:
+    if not keys or keep is None:
         return True
     files = _read(case)
     for name, ln in keys:
@@ -425,17 +455,26 @@ def transform_case(case: Path, tname: str, out_dir: Path) -> Path:
     return out_dir
 
 
-PAIRS = [(c, t) for c in CASES for t in TRANSFORMS]
+PAIRS = [(c, t) for c in CASES + HARD for t in TRANSFORMS]
 
 
 @pytest.mark.parametrize("case,tname", PAIRS, ids=[f"{c.name}-{t}" for c, t in PAIRS])
 def test_transformation_keeps_root_cause(tmp_path, case, tname):
-    label, _ = _baseline(case)
+    if case.name in HARD_NAMES:
+        pytest.skip(f"{case.name} is a known miss (fixtures/hard/README.md)")
+    label = _label(case)
+    want = label["root_cause"]
     if not _applies(case, tname):
-        pytest.skip(f"{tname} removes every key evidence line of {label}")
+        pytest.skip(f"{tname} removes every key evidence line of {want}")
     d = _analyze(transform_case(case, tname, tmp_path / case.name))
     got = d.root_cause.id if d.root_cause else None
-    assert got == label, f"{case.name} after {tname}: got {got} ({d.root_cause.rule if d.root_cause else ''})"
+    assert got == want, f"{case.name} after {tname}: got {got} ({d.root_cause.rule if d.root_cause else ''})"
+    if "ranks" in label and (case.name, tname) not in RANK_MISSES:
+        got_ranks, want_ranks = set(d.root_cause.ranks), set(label["ranks"])
+        if tname in KEEPS:  # lines were dropped: the ranks may become unknown, never wrong
+            assert got_ranks <= want_ranks, f"{case.name} after {tname}: blames {sorted(got_ranks - want_ranks)}"
+        else:
+            assert got_ranks == want_ranks, f"{case.name} after {tname}: ranks {sorted(got_ranks)}"
 
 
 def test_transformations_are_pure_and_label_preserving_on_text():
@@ -448,4 +487,7 @@ def test_transformations_are_pure_and_label_preserving_on_text():
     assert owners(lines) == [1, 1, 0, 0]
     assert set(split_per_rank({"log.txt": lines})) == {"log.rank1.log", "log.rank0.log"}
     assert k8s_timestamps(lines)[0][4] == "-" and k8s_timestamps(lines)[0][10] == "T"
-    assert lines == lines[:]  # inputs untouched
+    before = list(lines)
+    for name, t in TRANSFORMS.items():
+        t({"log.txt": lines})
+        assert lines == before, f"{name} changed its input"

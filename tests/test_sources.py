@@ -23,6 +23,31 @@ def test_crlf_ansi_nul_and_bad_utf8_are_cleaned():
     assert line.raw == line.text
 
 
+@pytest.mark.parametrize("coloured", [
+    b"\x1b[1;31mvm:588:588 [0] NCCL INFO caf ok\x1b[0m",            # bold red (rich, glog colour): parameters
+    b"\x1b[38;5;196mvm:588:588 [0] NCCL INFO caf ok\x1b[39m",       # 256-colour
+    b"\x1b[38;2;255;0;0mvm:588:588 [0] NCCL INFO caf ok\x1b[m",     # true colour, bare reset
+    b"\x1b[32mvm:588:588\x1b[0m [0] NCCL INFO caf ok\x1b[K",        # erase to end of line
+    b"\x1b[2K\x1b[1Gvm:588:588 [0] NCCL INFO caf ok",               # erase line, cursor to column 1
+    b"\x1b[?25lvm:588:588 [0] NCCL INFO caf ok\x1b[?25h",           # private mode (hide/show cursor)
+    b"\x1b]8;;http://x/\x07vm:588:588 [0] NCCL INFO caf ok\x1b]8;;\x1b\\",  # OSC 8 hyperlink, BEL / ST ends
+    b"\x1b(Bvm:588:588 [0] NCCL INFO caf ok\x1bM",                  # charset designation, reverse index
+], ids=["sgr_params", "sgr_256", "sgr_rgb", "erase_eol", "erase_line", "private_mode", "osc8", "esc_fe"])
+def test_ansi_escapes_are_removed(coloured):
+    line = _clean(coloured + b"\n")
+    assert line.text == line.raw == "vm:588:588 [0] NCCL INFO caf ok", repr(line.raw)
+
+
+def test_coloured_log_gives_the_same_verdict():
+    from nccl_analyzer.analysis import analyze_text
+
+    plain = (FIX / "04_duplicate_gpu" / "log.txt").read_text()
+    red = "\n".join(f"\x1b[1;31m{s}\x1b[0m" if "WARN" in s else s for s in plain.splitlines()) + "\n"
+    a, b = analyze_text(plain), analyze_text(red)
+    assert a.root_cause.id == b.root_cause.id == "duplicate_gpu"
+    assert [e.text for e in a.root_cause.evidence] == [e.text for e in b.root_cause.evidence]
+
+
 def test_carriage_return_progress_bar_keeps_last_segment():
     assert _clean(b"epoch 1  10%\repoch 1  50%\repoch 1 100%\n").text == "epoch 1 100%"
 

@@ -1,0 +1,105 @@
+"""The exit-status mapping, one case per branch: 0 no root cause (even when there are symptom/cascade findings),
+1 a root cause, 2 usage/input/rule errors, 4 reproduce could not run (test_reproduce), 130 interrupted, 0 on a
+closed stdout; ``eval`` 0/1 on its table; ``rules test`` 2 on a broken rule. In-process (CliRunner), streams
+checked separately."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from nccl_analyzer import cli
+from nccl_analyzer.cli import exit_status, main
+from nccl_analyzer.errors import ExitCode
+
+ROOT = Path(__file__).resolve().parent.parent
+FIX = ROOT / "fixtures" / "h200-nccl-2.28.9"
+# torchrun's agent tearing the group down: a cascade finding, never a cause by itself.
+SIGTERM_LINE = ("W1129 13:53:32.158000 566 torch/distributed/elastic/multiprocessing/api.py:1012] "
+                "Sending process 588 closing signal SIGTERM\n")
+
+
+def run(*args: str, input: bytes | None = None):
+    return CliRunner().invoke(main, list(args), input=input, catch_exceptions=False)
+
+
+def test_enum_values_are_the_documented_ones():
+    assert [int(c) for c in (ExitCode.CLEAN, ExitCode.FAILURE_FOUND, ExitCode.USAGE, ExitCode.INTERNAL,
+                             ExitCode.REPRODUCE_FAILED, ExitCode.INTERRUPTED)] == [0, 1, 2, 3, 4, 130]
+
+
+def test_findings_without_root_cause_exit_0(tmp_path):
+    log = tmp_path / "sigterm.log"
+    log.write_text(SIGTERM_LINE)
+    res = run(str(log), "--format", "json")
+    data = json.loads(res.stdout)
+    assert data["root_cause"] is None and [f["rule"] for f in data["findings"]] == ["elastic-sigterm-teardown"]
+    assert res.exit_code == 0
+    text = run(str(log))
+    assert text.exit_code == 0 and text.stdout.startswith("ok: no failure found")
+
+
+def test_root_cause_exit_1_and_healthy_exit_0():
+    res = run(str(FIX / "02_bad_ifname"), "--format", "json")
+    assert res.exit_code == 1 and json.loads(res.stdout)["root_cause"]["id"] == "socket_interface"
+    res = run(str(FIX / "01_ok_subsys_all"), "--format", "json")
+    assert res.exit_code == 0 and json.loads(res.stdout)["root_cause"] is None
+
+
+def test_exit_status_function():
+    from nccl_analyzer.analysis import analyze_text
+
+    quiet = analyze_text(SIGTERM_LINE)
+    assert quiet.findings and quiet.root_cause is None
+    assert exit_status(quiet) is ExitCode.CLEAN
+    loud = analyze_text((FIX / "02_bad_ifname" / "log.txt").read_text())
+    assert exit_status(loud) is ExitCode.FAILURE_FOUND
+
+
+def test_bad_rules_folder_exit_2(tmp_path):
+    bad = tmp_path / "rules"
+    bad.mkdir()
+    (bad / "x-broken.toml").write_text('id = "x-broken"\ntitle = 3\n')
+    res = run(str(FIX / "02_bad_ifname"), "--rules", str(bad))
+    assert res.exit_code == 2 and res.stdout == ""
+    assert res.stderr.startswith("nccl-analyze: error: ") and "x-broken" in res.stderr
+    res = run("rules", "test", str(bad))
+    assert res.exit_code == 2
+
+
+def test_usage_error_exit_2():
+    res = run(str(FIX / "02_bad_ifname"), "--verify-fix")
+    assert res.exit_code == 2 and "--reproduce" in res.stderr and res.stdout == ""
+
+
+def test_interrupted_exit_130(monkeypatch):
+    import nccl_analyzer.analysis as analysis
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(analysis, "analyze", interrupted)
+    res = run(str(FIX / "02_bad_ifname"))
+    assert res.exit_code == 130
+
+
+def test_closed_stdout_exit_0(monkeypatch):
+    def closed(*a, **k):
+        raise BrokenPipeError
+
+    monkeypatch.setattr(cli, "_emit", closed)
+    res = run(str(FIX / "02_bad_ifname"))
+    assert res.exit_code == 0
+
+
+@pytest.mark.parametrize("wrong", [False, True], ids=["all_right", "one_wrong"])
+def test_eval_exit_status(tmp_path, wrong):
+    case = tmp_path / "cases" / "c1"
+    case.mkdir(parents=True)
+    (case / "log.txt").write_text((FIX / "02_bad_ifname" / "log.txt").read_text())
+    (case / "label.json").write_text(json.dumps({"root_cause": "cuda_oom" if wrong else "socket_interface"}))
+    res = run("eval", str(tmp_path / "cases"))
+    assert res.exit_code == (1 if wrong else 0), res.output
+    assert ("FAIL" in res.stdout) == wrong
