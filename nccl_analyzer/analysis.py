@@ -1,6 +1,7 @@
 """The whole pipeline: sources -> events -> job model + rule engine -> Diagnosis (batch and incremental)."""
 from __future__ import annotations
 
+import os
 from typing import Any, Iterable
 
 from . import parallel
@@ -9,6 +10,7 @@ from .diagnose import diagnose, pick_root
 from .engine.loader import Rule, load_rules
 from .engine.run import Hit, Matcher, make_fix, render_template
 from .job import JobBuilder, time_key
+from .errors import InputError
 from .model import Diagnosis, Event, InputInfo, Line, RootCause
 from .sources import Source, clean_line, expand_inputs, iter_source
 
@@ -43,6 +45,7 @@ class Analyzer:
         self._prov_dirty = True
         self._finished: Diagnosis | None = None
         self._extra = {"text": 0, "compacted": 0, "parser_errors": 0}  # counts from worker processes (run_parallel)
+        self._fr_pointers: list[Event] = []  # log lines naming a Flight Recorder dump file (flight/)
 
     # -- input ----------------------------------------------------------------------------------------------
     def add_sources(self, sources: list[Source]) -> None:
@@ -65,6 +68,8 @@ class Analyzer:
         self.builder.add(ev)
         self.matcher.add(ev)
         self._prov_dirty = True
+        if ev.kind == "torch.flight_recorder" and ev.fields.get("stage") == "dumping" and len(self._fr_pointers) < 4096:
+            self._fr_pointers.append(ev)
         if len(self._sample) < SAMPLE_CAP and not ev.kind.startswith(_QUIET_KINDS):
             self._sample.append(ev)
 
@@ -126,6 +131,32 @@ class Analyzer:
                     out.append(ev)
         return out
 
+    def add_flight_dumps(self, paths: list[str]) -> None:
+        """Read Flight Recorder dumps (these paths, plus those the log named), align them across ranks and fold
+        the ``flight.*`` events and the per-rank table (``job.extra["flight"]``) in (flight/)."""
+        from .flight import events as fr
+
+        found = [(p, None) for p in paths]
+        found += [(p, r) for p, r, _ in fr.pointed_dumps(self._fr_pointers, paths)]
+        if not found:
+            return
+        dumps, bad = fr.load(found)
+        al = fr.align(dumps)
+        for d in dumps:
+            self._sources.append(Source(path=d.path, real=d.path, rank=d.rank, lines=len(d.entries),
+                                        warnings=[*d.warnings]))
+        for p, reason in bad:
+            self._sources.append(Source(path=p, real=p, warnings=[f"not a readable Flight Recorder dump: {reason}"]))
+        if dumps and al.without_dump:
+            self._sources[-1 - len(bad)].warnings.append(
+                f"no Flight Recorder dump from rank(s) {fr._ranks(al.without_dump)} (normal: a stuck or dead rank "
+                "often writes none); the analysis uses the dumps there are")
+        for w in al.warnings:
+            self._sources[-1 - len(bad)].warnings.append(w)
+        for ev in fr.build_events(al, bad):
+            self.add_event(ev)
+        self.builder.job.extra["flight"] = fr.table(al, bad)
+
     # -- verdicts -------------------------------------------------------------------------------------------
     def provisional(self) -> RootCause | None:
         """The current best root cause (cheap: recomputed only when a root-capable rule saw a new event)."""
@@ -184,6 +215,18 @@ class Analyzer:
                                    timeline=timeline[:TIMELINE_CAP])
         return self._finished
 
+    def check_readable(self, logs: list[Source]) -> None:
+        """With no log given and no dump readable there is nothing to analyze: a dump's reason, exit 2.
+
+        Raises:
+            InputError: every input was a Flight Recorder dump and none could be read.
+        """
+        fl = self.builder.job.extra.get("flight")
+        if logs or not fl or fl.get("dumps"):
+            return
+        first = fl["unreadable"][0]
+        raise InputError(f"not a readable Flight Recorder dump: {first['reason']}", path=first["path"])
+
     def _inputs(self) -> tuple[list[InputInfo], list[str]]:
         warnings: list[str] = []
         out: list[InputInfo] = []
@@ -216,7 +259,13 @@ def analyze(specs: list[str] | tuple[str, ...], rules_dirs: Iterable[str] = (), 
         InputError: missing or unreadable input.
         RuleError: an invalid rule file.
     """
+    from .flight.events import discover
+
     sources = expand_inputs(list(specs), stdin_name=stdin_name)
+    dumps = discover(specs, [s.real for s in sources if s.real])
+    if dumps:  # Flight Recorder dumps are read as dumps (add_flight_dumps), never as text
+        real = {os.path.realpath(p) for p in dumps}
+        sources = [s for s in sources if not s.real or os.path.realpath(s.real) not in real]
     a = Analyzer(rules_dirs=rules_dirs, rules=rules, env_rules=env_rules)
     a.add_sources(sources)
     total = 0
@@ -228,9 +277,11 @@ def analyze(specs: list[str] | tuple[str, ...], rules_dirs: Iterable[str] = (), 
             for src in sources:
                 a.run_source(src, progress, total)
                 total += src.lines
+        a.add_flight_dumps(dumps)
     finally:
         if progress is not None:
             progress.done()
+    a.check_readable(sources)
     return a.finish()
 
 
@@ -258,3 +309,23 @@ def hits_for_text(text: str, rules: list[Rule], name: str = "-") -> list[Hit]:
         a.feed(line)
     a.flush()
     return a.hits()
+
+
+def hits_for_dumps(text: str, dumps: tuple[str, ...] | list[str], rules: list[Rule], name: str = "-") -> list[Hit]:
+    """Rule hits for a log plus Flight Recorder dumps given as JSON text (rank = position), through the full
+    pipeline: the dumps are written to a private temporary folder as ``fr_<rank>`` and read back as dumps."""
+    import tempfile
+
+    a = Analyzer(rules=rules)
+    for line in lines_of_text(text, name):
+        a.feed(line)
+    a.flush()
+    with tempfile.TemporaryDirectory(prefix="nccl-analyzer-fr-") as tmp:
+        paths = []
+        for rank, body in enumerate(dumps):
+            p = os.path.join(tmp, f"fr_{rank}")
+            with open(p, "w", encoding="utf-8") as f:
+                f.write(body.strip())
+            paths.append(p)
+        a.add_flight_dumps(paths)
+        return a.hits()
