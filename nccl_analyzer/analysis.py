@@ -241,6 +241,18 @@ class Analyzer:
         return out, warnings
 
 
+def split_dumps(specs: Iterable[str], sources: list[Source]) -> tuple[list[Source], list[str]]:
+    """Separate Flight Recorder dumps (found by content, flight/) from the text logs: dumps are read as dumps
+    (``Analyzer.add_flight_dumps``), never as text."""
+    from .flight.events import discover
+
+    dumps = discover(specs, [s.real for s in sources if s.real])
+    if dumps:
+        real = {os.path.realpath(p) for p in dumps}
+        sources = [s for s in sources if not s.real or os.path.realpath(s.real) not in real]
+    return sources, dumps
+
+
 def analyze(specs: list[str] | tuple[str, ...], rules_dirs: Iterable[str] = (), stdin_name: str = "-",
             rules: list[Rule] | None = None, env_rules: str | None = None, progress: Any = None,
             workers: int | None = None) -> Diagnosis:
@@ -259,13 +271,7 @@ def analyze(specs: list[str] | tuple[str, ...], rules_dirs: Iterable[str] = (), 
         InputError: missing or unreadable input.
         RuleError: an invalid rule file.
     """
-    from .flight.events import discover
-
-    sources = expand_inputs(list(specs), stdin_name=stdin_name)
-    dumps = discover(specs, [s.real for s in sources if s.real])
-    if dumps:  # Flight Recorder dumps are read as dumps (add_flight_dumps), never as text
-        real = {os.path.realpath(p) for p in dumps}
-        sources = [s for s in sources if not s.real or os.path.realpath(s.real) not in real]
+    sources, dumps = split_dumps(specs, expand_inputs(list(specs), stdin_name=stdin_name))
     a = Analyzer(rules_dirs=rules_dirs, rules=rules, env_rules=env_rules)
     a.add_sources(sources)
     total = 0

@@ -1,0 +1,229 @@
+"""Flight Recorder dumps: the safe reader on real dumps and hostile/broken ones, cross-rank alignment on real
+multi-rank dumps, and the CLI naming the stuck collective, its sequence id, the culprit and its call site."""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from nccl_analyzer.cli import main
+from nccl_analyzer.flight.align import align, user_frame
+from nccl_analyzer.flight.reader import DumpError, Frame, read_dump, sniff
+
+CASES = Path(__file__).resolve().parent.parent / "fixtures" / "cases"
+
+
+def run(*args):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def dumps_of(case):
+    return [read_dump(str(p)) for p in sorted((CASES / case).glob("fr_*"))]
+
+
+# -- reader ---------------------------------------------------------------------------------------------------------
+def test_reader_real_nccl_pickle_dump():
+    d = read_dump(str(CASES / "h200_watchdog_fr_dump" / "fr_0"))
+    assert (d.rank, d.format, d.version, d.comm_lib_version) == (0, "pickle", "2.10", "2.28.9")
+    assert d.pg_config == {"0": {"desc": "default_pg", "ranks": [0]}}
+    assert d.pg_status["0"] == {"last_enqueued_collective": 5, "last_started_collective": -1,
+                                "last_completed_collective": 4}
+    assert [e.profiling_name for e in d.entries] == ["nccl:all_reduce", "nccl:broadcast"] * 2 + ["nccl:all_reduce"]
+    assert [e.state for e in d.entries] == ["completed"] * 4 + ["scheduled"]
+    last = d.entries[-1]
+    assert (last.seq, last.input_sizes, last.input_dtypes, last.retired, last.timeout_ms) == \
+        (5, ((1048576,),), ("Float",), False, 10000)
+    site = user_frame(last.frames)
+    assert (site.name, Path(site.filename).name, site.line) == ("stalled_step", "gpu_fr_worker.py", 24)
+
+
+def test_reader_real_nccl_json_dump_matches_pickle_schema():
+    d = read_dump(str(CASES / "h200_watchdog_fr_json" / "fr_0"))
+    assert (d.rank, d.format, d.version) == (0, "json", "2.10")
+    assert d.pg_status["0"]["last_completed_collective"] == 4  # JSON writes these as strings
+    assert [e.seq for e in d.entries] == [1, 2, 3, 4, 5]
+    assert d.entries[0].time_started_ns is None  # JSON writes 0 for "not seen"
+    assert d.entries[-1].state == "scheduled" and not d.entries[-1].frames
+
+
+def test_reader_real_gloo_dump_and_json_dump():
+    d = read_dump(str(CASES / "cpu_gloo_fr_rank1_other_op" / "fr_1"))
+    assert d.rank == 1 and d.entries[-1].profiling_name == "gloo:all_gather"
+    assert d.pg_config[""]["ranks"] == [0, 1, 2, 3]  # gloo records its ranks under an empty pg name
+    j = read_dump(str(CASES / "cpu_gloo_fr_rank3_dtype_json" / "fr_3"))
+    assert j.format == "json" and j.entries[-1].input_dtypes == ("Double",)
+
+
+def test_sniff_is_by_content_not_name(tmp_path):
+    real = tmp_path / "anything.bin"
+    shutil.copy(CASES / "h200_watchdog_fr_dump" / "fr_0", real)
+    assert sniff(str(real)) == "pickle"
+    fake = tmp_path / "fr_0"
+    fake.write_text("[rank0]: Traceback (most recent call last):\n")
+    assert sniff(str(fake)) is None
+    assert sniff(str(CASES / "h200_watchdog_fr_json" / "fr_0")) == "json"
+
+
+class _Hostile:
+    def __init__(self, target):
+        self.target = target
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.target}",))
+
+
+def _hostile_dump(tmp_path: Path) -> tuple[Path, Path]:
+    target = tmp_path / "PWNED"
+    path = tmp_path / "fr_3"
+    path.write_bytes(pickle.dumps({"version": "2.10", "pg_config": {}, "entries": [_Hostile(target)]}, protocol=2))
+    return path, target
+
+
+def test_hostile_pickle_is_refused_and_never_run(tmp_path):
+    path, target = _hostile_dump(tmp_path)
+    # the file really is hostile: plain pickle.load would create the target (checked on a copy, in this test only)
+    probe_target = tmp_path / "PROBE"
+    probe = tmp_path / "probe"
+    probe.write_bytes(pickle.dumps(_Hostile(probe_target), protocol=2))
+    pickle.loads(probe.read_bytes())
+    assert probe_target.exists()
+    with pytest.raises(DumpError, match="global posix.system|global os.system"):
+        read_dump(str(path))
+    assert not target.exists()
+
+
+def test_cli_hostile_dump_alone_exit_2_one_line(tmp_path):
+    path, target = _hostile_dump(tmp_path)
+    r = run(str(path))
+    assert r.exit_code == 2
+    assert "Flight Recorder dump" in r.stderr and "refused" in r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not target.exists()
+
+
+def test_cli_hostile_dump_beside_logs_is_a_warning(tmp_path):
+    path, target = _hostile_dump(tmp_path)
+    case = CASES / "cpu_gloo_fr_rank3_sleeps"
+    r = run(str(case / "log.txt"), str(path), "--format", "json")
+    assert r.exit_code == 1
+    out = json.loads(r.stdout)
+    assert any("not a readable Flight Recorder dump" in w and "refused" in w for w in out["warnings"])
+    assert not target.exists()
+
+
+@pytest.mark.parametrize("cut", [0.5, 0.97])
+def test_truncated_dump(tmp_path, cut):
+    data = (CASES / "h200_watchdog_fr_dump" / "fr_0").read_bytes()
+    p = tmp_path / "fr_0"
+    p.write_bytes(data[: int(len(data) * cut)])
+    with pytest.raises(DumpError, match="truncated|ends early|not a valid pickle"):
+        read_dump(str(p))
+
+
+def test_corrupt_and_wrong_shape_dumps(tmp_path):
+    data = bytearray((CASES / "h200_watchdog_fr_dump" / "fr_0").read_bytes())
+    data[40:60] = b"\xff" * 20
+    p = tmp_path / "fr_0"
+    p.write_bytes(bytes(data))
+    with pytest.raises(DumpError):
+        read_dump(str(p))
+    p.write_bytes(pickle.dumps([1, 2, 3], protocol=2))
+    with pytest.raises(DumpError, match="not the dump's dict"):
+        read_dump(str(p))
+    j = tmp_path / "fr_1"
+    j.write_text((CASES / "h200_watchdog_fr_json" / "fr_0").read_text()[:500])
+    with pytest.raises(DumpError, match="not valid JSON"):
+        read_dump(str(j))
+
+
+def test_cli_truncated_dump_with_logs_warns_and_uses_the_rest(tmp_path):
+    case = tmp_path / "job"
+    shutil.copytree(CASES / "cpu_gloo_fr_rank3_sleeps_all_dump", case)
+    data = (case / "fr_3").read_bytes()
+    (case / "fr_3").write_bytes(data[: len(data) // 2])
+    r = run(str(case), "--format", "json")
+    assert r.exit_code == 1
+    out = json.loads(r.stdout)
+    assert any("fr_3: not a readable Flight Recorder dump" in w for w in out["warnings"])
+    assert out["root_cause"]["rule"] == "flight-rank-no-dump" and out["root_cause"]["ranks"] == [3]
+
+
+# -- alignment on real multi-rank dumps ---------------------------------------------------------------------------
+@pytest.mark.parametrize("case,kind,seq,culprits,what", [
+    ("cpu_gloo_fr_rank3_sleeps", "no_dump", 6, [3], []),
+    ("cpu_gloo_fr_rank3_sleeps_all_dump", "missing", 6, [3], []),
+    ("cpu_gloo_fr_json_rank3_sleeps", "missing", 6, [3], []),
+    ("cpu_gloo_fr_rank2_skips", "mismatch", 6, [2], ["op"]),
+    ("cpu_gloo_fr_rank1_other_op", "mismatch", 6, [1], ["op"]),
+    ("cpu_gloo_fr_json_rank1_other_op", "mismatch", 6, [1], ["op"]),
+    ("cpu_gloo_fr_rank0_size", "mismatch", 6, [0], ["size"]),
+    ("cpu_gloo_fr_rank3_dtype_json", "mismatch", 6, [3], ["dtype"]),
+    ("h200_watchdog_fr_dump", "waiting", 5, [0], []),
+])
+def test_align_real_dumps(case, kind, seq, culprits, what):
+    al = align(dumps_of(case))
+    st = al.stuck
+    assert (st.kind, st.pg, st.seq, st.culprits, st.what) == (kind, "0", seq, culprits, what)
+    assert al.ranks == ([0] if case.startswith("h200") else [0, 1, 2, 3])  # every rank the pg names, dumps or not
+    label = json.loads((CASES / case / "label.json").read_text())
+    assert st.culprits == label["ranks"]
+
+
+def test_align_says_which_ranks_wrote_no_dump():
+    al = align(dumps_of("cpu_gloo_fr_rank3_sleeps"))
+    assert (al.ranks, al.with_dump, al.without_dump) == ([0, 1, 2, 3], [0, 1, 2], [3])
+    assert al.stuck.no_dump == [3] and sorted(al.stuck.entries) == [0, 1, 2]
+
+
+def test_align_skip_finds_the_earlier_call_site_divergence():
+    al = align(dumps_of("cpu_gloo_fr_rank2_skips"))
+    dv = al.divergence
+    assert (dv.seq, dv.culprits) == (5, [2])
+    assert dv.sites[2].endswith("(sync)") and dv.sites[0].endswith("(evaluate)")
+
+
+def test_user_frame_skips_torch_and_site_packages():
+    frames = (Frame("all_reduce", "/x/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", 3245),
+              Frame("wrapper", "/pytorch/torch/distributed/c10d_logger.py", 83),
+              Frame("step", "/home/me/train.py", 12), Frame("<module>", "/home/me/train.py", 40))
+    assert user_frame(frames).line == 12
+
+
+# -- CLI end to end -----------------------------------------------------------------------------------------------
+def test_cli_dir_with_logs_and_dumps_names_stuck_collective_culprit_and_call_site():
+    r = run(str(CASES / "cpu_gloo_fr_rank3_sleeps_all_dump"))
+    assert r.exit_code == 1
+    first = r.stdout.splitlines()[0]
+    assert first.startswith("error[watchdog_timeout]: Flight Recorder: gloo:all_reduce (pg 0, collective_seq_id 6)")
+    assert "rank 3 never called it" in first and "cpu_fr_worker.py:53 (evaluate)" in first
+
+
+def test_cli_mismatch_json_names_the_culprit_and_its_call_site():
+    r = run(str(CASES / "cpu_gloo_fr_rank1_other_op"), "--format", "json")
+    assert r.exit_code == 1
+    rc = json.loads(r.stdout)["root_cause"]
+    assert (rc["id"], rc["rule"], rc["ranks"]) == ("collective_mismatch", "flight-collective-mismatch", [1])
+    assert "collective_seq_id 6" in rc["title"] and "called all_gather" in rc["title"]
+    assert "cpu_fr_worker.py:60 (sync)" in rc["title"]
+    assert rc["evidence"][0]["path"].endswith("fr_1") and rc["evidence"][0]["line"] == 6
+
+
+def test_cli_finds_the_dump_the_log_points_to(tmp_path):
+    # the log says 'dumping nccl trace to /tmp/frcap/.../fr_0' (gone here): the file of that name beside the log
+    if os.path.exists("/tmp/frcap/h200_watchdog_fr_dump_info/fr_0"):
+        pytest.skip("the path the log names exists on this machine: the pointer resolves there")
+    job = tmp_path / "job"
+    shutil.copytree(CASES / "h200_watchdog_fr_dump_info", job)
+    r = run(str(job / "log.txt"), "--format", "json")
+    out = json.loads(r.stdout)
+    assert out["root_cause"]["rule"] == "flight-collective-not-started"
+    assert "collective_seq_id 5" in out["root_cause"]["title"] and "gpu_fr_worker.py:24" in out["root_cause"]["title"]
+    assert str(job / "fr_0") in [i["path"] for i in out["inputs"]]
+    # without the pointer line, a lone log gives no dump: the log-only verdict
+    r2 = run(str(CASES / "h200_watchdog_fr_dump" / "log.txt"), "--format", "json")
+    assert json.loads(r2.stdout)["root_cause"]["rule"] == "torch-watchdog-timeout"
