@@ -227,3 +227,75 @@ def test_cli_finds_the_dump_the_log_points_to(tmp_path):
     # without the pointer line, a lone log gives no dump: the log-only verdict
     r2 = run(str(CASES / "h200_watchdog_fr_dump" / "log.txt"), "--format", "json")
     assert json.loads(r2.stdout)["root_cause"]["rule"] == "torch-watchdog-timeout"
+
+
+# -- p2p pairs and coalesced groups: no real capture here (gloo records no p2p ops, one GPU cannot host two NCCL
+#    ranks), so these dumps are SYNTHETIC: real JSON entries of h200_watchdog_fr_json with fields changed ----------
+def _synthetic_dump(tmp_path: Path, rank: int, ops: list[tuple], world: int = 2) -> Path:
+    """ops: (profiling_name, collective_seq_id, p2p_seq_id, is_p2p, done, time_created_ns)."""
+    real = json.loads((CASES / "h200_watchdog_fr_json" / "fr_0").read_text())
+    template = real["entries"][0]
+    entries = []
+    for i, (name, seq, p2p_seq, is_p2p, done, t) in enumerate(ops):
+        e = dict(template, record_id=i, profiling_name=name, collective_seq_id=seq, p2p_seq_id=p2p_seq, is_p2p=is_p2p,
+                 time_created_ns=t, retired=done, state="completed" if done else "scheduled",
+                 time_discovered_completed_ns=t + 1 if done else 0)
+        entries.append(e)
+    real.update(entries=entries, pg_config={"0": {"desc": "default_pg", "name": "0", "ranks": str(list(range(world)))}})
+    p = tmp_path / f"fr_{rank}"
+    p.write_text(json.dumps(real))
+    return p
+
+
+def test_p2p_send_without_matching_recv_blames_the_peer(tmp_path):
+    a = _synthetic_dump(tmp_path, 0, [("nccl:send 0->1", 0, 1, True, True, 10), ("nccl:send 0->1", 0, 2, True, False, 20)])
+    b = _synthetic_dump(tmp_path, 1, [("nccl:recv 1<-0", 0, 1, True, True, 11), ("nccl:all_reduce", 1, 0, False, False, 21)])
+    al = align([read_dump(str(a)), read_dump(str(b))])
+    st = al.stuck
+    assert (st.p2p, st.seq, st.kind, st.culprits, st.waiting) == (True, 2, "missing", [1], [0])
+
+
+def test_p2p_both_halves_posted_is_not_blamed_on_one(tmp_path):
+    a = _synthetic_dump(tmp_path, 0, [("nccl:send 0->1", 0, 1, True, False, 10)])
+    b = _synthetic_dump(tmp_path, 1, [("nccl:recv 1<-0", 0, 1, True, False, 11)])
+    st = align([read_dump(str(a)), read_dump(str(b))]).stuck
+    assert st.kind == "waiting" and st.culprits == [0, 1]
+
+
+def test_coalesced_group_is_one_op_and_compared_as_a_whole(tmp_path):
+    a = _synthetic_dump(tmp_path, 0, [("nccl:all_reduce", 1, 0, False, False, 10), ("nccl:all_reduce", 1, 0, False, False, 11),
+                                      ("nccl:coalesced", 1, 0, False, False, 12)])
+    b = _synthetic_dump(tmp_path, 1, [("nccl:all_reduce", 1, 0, False, False, 13), ("nccl:coalesced", 1, 0, False, False, 14)])
+    st = align([read_dump(str(a)), read_dump(str(b))]).stuck
+    assert st.seq == 1 and st.kind == "mismatch" and st.what == ["op"]
+    assert st.values[0].startswith("coalesced[all_reduce,all_reduce]") and st.values[1].startswith("all_reduce")
+
+
+# -- renderers --------------------------------------------------------------------------------------------------------
+def test_text_markdown_html_show_the_per_rank_table():
+    case = str(CASES / "cpu_gloo_fr_rank2_skips")
+    text = run(case).stdout
+    assert "flight recorder (pg 0):" in text
+    row2 = next(line for line in text.splitlines() if line.startswith("  2     fr_2"))
+    assert "barrier MISMATCH" in row2 and "all_reduce other call site" in row2
+    md = run(case, "--format", "markdown").stdout
+    assert "**Flight Recorder**" in md and "| 2 | `fr_2` |" in md and "barrier MISMATCH" in md
+    html = run(case, "--format", "html").stdout
+    assert '<section id="flight">' in html and 'class="frgrid"' in html and "fr-mismatch" in html
+
+
+def test_cli_without_dump_for_a_rank_says_so():
+    text = run(str(CASES / "cpu_gloo_fr_rank3_sleeps")).stdout
+    assert "no dump from rank 3 (normal for a stuck or dead rank" in text
+    assert "  3     no dump" in text
+
+
+def test_html_escapes_what_a_dump_says(tmp_path):
+    real = json.loads((CASES / "h200_watchdog_fr_json" / "fr_0").read_text())
+    for e in real["entries"]:
+        e["frames"] = [{"name": "<script>alert(1)</script>", "filename": "/home/u/<img src=x onerror=alert(2)>.py",
+                        "line": 7}]
+    (tmp_path / "fr_0").write_text(json.dumps(real))
+    html = run(str(tmp_path / "fr_0"), "--format", "html").stdout
+    assert "<script>alert(1)" not in html and "<img src=x" not in html
+    assert "&lt;img src=x onerror=alert(2)&gt;" in html

@@ -11,6 +11,7 @@ started while the others' did, else every waiting rank.
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -154,11 +155,12 @@ def align(dumps: list[Dump]) -> Alignment:
     mismatches: list[SeqReport] = []
     divergences: list[SeqReport] = []
     for key, g in sorted(groups.items()):
-        for p2p in (False, True):
-            ops = g["p2p" if p2p else "coll"]
-            if not ops:
-                continue
-            st, mm, dv = _scan(key, g, ops, by_rank, p2p)
+        if g["p2p"]:
+            st = _p2p_stuck(key, g, by_rank)
+            if st:
+                stuck_list.append(st)
+        if g["coll"]:
+            st, mm, dv = _scan(key, g, g["coll"], by_rank, False)
             if st:
                 stuck_list.append(st)
             mismatches.extend(mm)
@@ -209,15 +211,10 @@ def _scan(key: tuple[str, str], g: dict[str, Any], ops: dict[int, dict[int, list
     divergence: SeqReport | None = None
     for s in seqs:
         here = {r: Op(r, ops[r][s]) for r in ops if s in ops[r]}
-        if p2p:
-            # p2p ids count each rank's own sends/recvs: only ranks that recorded one take part
-            missing: list[int] = []
-            no_dump: list[int] = []
-        else:
-            missing = [r for r in members if r in by_rank and r not in here and (r not in lo or lo[r] <= s)]
-            # a rank whose ring buffer starts after s overwrote it: it is no evidence either way
-            missing = [r for r in missing if r not in hi or s > hi[r]]
-            no_dump = [r for r in members if r not in by_rank]
+        missing = [r for r in members if r in by_rank and r not in here and (r not in lo or lo[r] <= s)]
+        # a rank whose ring buffer starts after s overwrote it: it is no evidence either way
+        missing = [r for r in missing if r not in hi or s > hi[r]]
+        no_dump = [r for r in members if r not in by_rank]
         f = _finding(key, s, p2p, here, missing, no_dump)
         if not p2p and f.kind == "mismatch":
             mismatches.append(f)
@@ -226,6 +223,56 @@ def _scan(key: tuple[str, str], g: dict[str, Any], ops: dict[int, dict[int, list
         if stuck is None and (f.waiting or f.missing or f.kind == "mismatch"):
             stuck = f
     return stuck, mismatches, divergence
+
+
+_P2P = re.compile(r"(send|recv) (\d+)(->|<-)(\d+)")
+
+
+def _p2p_stuck(key: tuple[str, str], g: dict[str, Any], by_rank: dict[int, Dump]) -> SeqReport | None:
+    """The oldest p2p op still pending, paired with its peer: a send ``a->b`` needs a recv ``b<-a`` on b (and the
+    other way round). A peer that has a dump and never posted the matching op is the culprit; one with no dump is
+    unknown. (p2p_seq_id counts a rank's own p2p ops, so ops are paired by direction and peer, not by id.)"""
+    members = g["ranks"]
+    pending: list[tuple[int, int, Op]] = []
+    for r, table in g["p2p"].items():
+        for s in sorted(table):
+            op = Op(r, table[s])
+            if not op.done:
+                pending.append((op.first.time_created_ns or 0, r, op))
+                break
+    for _, r, op in sorted(pending):
+        for e in op.entries:
+            m = _P2P.search(e.profiling_name)
+            if not m:
+                continue
+            kind, peer = m.group(1), _peer_of(e, members)
+            want = "recv" if kind == "send" else "send"
+            if peer is None or peer == r:
+                continue
+            report = _finding(key, e.p2p_seq, True, {r: op}, [], [])
+            report.waiting = [r]
+            if peer not in by_rank:
+                report.kind, report.culprits, report.no_dump = "no_dump", [peer], [peer]
+                return report
+            # every matching op the peer posted (done or not) against every op of this kind this rank posted to it
+            # the peer's half of a pending op is pending too (a half cannot finish alone); no pending half on the
+            # peer means it never posted it (counting all halves would trip over ring buffers that dropped old ones)
+            halves = [x for x in by_rank[peer].entries if x.is_p2p and (x.pg_name, x.pg_desc) == key
+                      and x.op == want and _peer_of(x, members) == r and not x.done]
+            if not halves:
+                report.kind, report.culprits, report.missing = "missing", [peer], [peer]
+            else:  # both sides posted their half and wait: neither is the odd one out
+                report.culprits = sorted({r, peer})
+            return report
+    return None
+
+
+def _peer_of(e: Entry, members: list[int]) -> int | None:
+    m = _P2P.search(e.profiling_name)
+    if not m:
+        return None
+    other = int(m.group(4))
+    return members[other] if other < len(members) else other
 
 
 def _finding(key: tuple[str, str], s: int, p2p: bool, here: dict[int, Op], missing: list[int],
