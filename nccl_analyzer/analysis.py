@@ -69,6 +69,7 @@ class Analyzer:
         self.matcher.add(ev)
         self._prov_dirty = True
         if ev.kind == "torch.flight_recorder" and ev.fields.get("stage") == "dumping" and len(self._fr_pointers) < 4096:
+            # (flight.events.is_pointer, inlined: this runs for every event)
             self._fr_pointers.append(ev)
         if len(self._sample) < SAMPLE_CAP and not ev.kind.startswith(_QUIET_KINDS):
             self._sample.append(ev)
@@ -136,12 +137,10 @@ class Analyzer:
         the ``flight.*`` events and the per-rank table (``job.extra["flight"]``) in (flight/)."""
         from .flight import events as fr
 
-        found = [(p, None) for p in paths]
-        found += [(p, r) for p, r, _ in fr.pointed_dumps(self._fr_pointers, paths)]
-        if not found:
+        got = fr.analyze_dumps(paths, self._fr_pointers)
+        if got is None:
             return
-        dumps, bad = fr.load(found)
-        al = fr.align(dumps)
+        dumps, bad, al, events = got
         for d in dumps:
             self._sources.append(Source(path=d.path, real=d.path, rank=d.rank, lines=len(d.entries),
                                         warnings=[*d.warnings]))
@@ -153,7 +152,7 @@ class Analyzer:
                 "often writes none); the analysis uses the dumps there are")
         for w in al.warnings:
             self._sources[-1 - len(bad)].warnings.append(w)
-        for ev in fr.build_events(al, bad):
+        for ev in events:
             self.add_event(ev)
         self.builder.job.extra["flight"] = fr.table(al, bad)
 
@@ -244,13 +243,9 @@ class Analyzer:
 def split_dumps(specs: Iterable[str], sources: list[Source]) -> tuple[list[Source], list[str]]:
     """Separate Flight Recorder dumps (found by content, flight/) from the text logs: dumps are read as dumps
     (``Analyzer.add_flight_dumps``), never as text."""
-    from .flight.events import discover
+    from .flight.events import split_sources
 
-    dumps = discover(specs, [s.real for s in sources if s.real])
-    if dumps:
-        real = {os.path.realpath(p) for p in dumps}
-        sources = [s for s in sources if not s.real or os.path.realpath(s.real) not in real]
-    return sources, dumps
+    return split_sources(specs, sources)
 
 
 def analyze(specs: list[str] | tuple[str, ...], rules_dirs: Iterable[str] = (), stdin_name: str = "-",

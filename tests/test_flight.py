@@ -299,3 +299,13 @@ def test_html_escapes_what_a_dump_says(tmp_path):
     html = run(str(tmp_path / "fr_0"), "--format", "html").stdout
     assert "<script>alert(1)" not in html and "<img src=x" not in html
     assert "&lt;img src=x onerror=alert(2)&gt;" in html
+
+
+def test_events_export_includes_flight_events():
+    r = run("events", str(CASES / "cpu_gloo_fr_rank3_sleeps_all_dump"), "--kind", "flight.*", "--format", "jsonl")
+    assert r.exit_code == 0
+    evs = [json.loads(x) for x in r.stdout.splitlines()]
+    assert [e["kind"] for e in evs].count("flight.dump") == 4
+    culprit = next(e for e in evs if e["kind"] == "flight.culprit")
+    assert (culprit["rank"], culprit["reason"], culprit["seq"], culprit["last_seq"]) == (3, "missing", 6, 5)
+    assert culprit["path"].endswith("fr_3") and culprit["line"] == 5

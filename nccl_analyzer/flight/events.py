@@ -45,6 +45,34 @@ def discover(specs: Iterable[str], log_paths: Iterable[str]) -> list[str]:
     return out
 
 
+def split_sources(specs: Iterable[str], sources: list[Any]) -> tuple[list[Any], list[str]]:
+    """``sources`` (sources.Source) without the Flight Recorder dumps among them, and the dumps' paths
+    (``discover``): dumps are read as dumps, never as text."""
+    dumps = discover(specs, [s.real for s in sources if s.real])
+    if dumps:
+        real = {os.path.realpath(p) for p in dumps}
+        sources = [s for s in sources if not s.real or os.path.realpath(s.real) not in real]
+    return sources, dumps
+
+
+def is_pointer(ev: Event) -> bool:
+    """A log line naming the file torch wrote a dump to."""
+    return ev.kind == "torch.flight_recorder" and ev.fields.get("stage") == "dumping"
+
+
+def analyze_dumps(paths: list[str], pointers: list[Event]) -> tuple[list[Dump], list[tuple[str, str]], Alignment,
+                                                                    list[Event]] | None:
+    """Read the given dumps and those the log pointed to, align them, and build their events; None when there is
+    no dump at all."""
+    found: list[tuple[str, int | None]] = [(p, None) for p in paths]
+    found += [(p, r) for p, r, _ in pointed_dumps(pointers, paths)]
+    if not found:
+        return None
+    dumps, bad = load(found)
+    al = align(dumps)
+    return dumps, bad, al, build_events(al, bad)
+
+
 def pointed_dumps(pointers: list[Event], have: Iterable[str]) -> list[tuple[str, int | None, Event]]:
     """Dump files the log says torch wrote (``dumping nccl trace to X``, ``Finished writing ... to X``): the path
     as printed when it exists, else the same file name beside the log (a job folder copied elsewhere)."""
