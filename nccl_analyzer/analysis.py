@@ -142,6 +142,7 @@ class Analyzer:
             return
         dumps, bad, al, events = got
         for d in dumps:
+            # a dump has entries, not lines: its "lines" count is its entries (docs/flight.md)
             self._sources.append(Source(path=d.path, real=d.path, rank=d.rank, lines=len(d.entries),
                                         warnings=[*d.warnings]))
         for p, reason in bad:

@@ -19,6 +19,8 @@ from typing import Any
 
 #: Larger files are not read as dumps (a 2,000-entry dump with stacks is a few MiB).
 MAX_DUMP_BYTES = 256 << 20
+#: Entries read per dump (torch's ring buffer is TORCH_FR_BUFFER_SIZE entries; 2,000 is the usual setting).
+MAX_ENTRIES = 100_000
 _SNIFF = 512
 # torch names the file <TORCH_FR_DUMP_TEMP_FILE or TORCH_NCCL_DEBUG_INFO_TEMP_FILE><global rank> (fr_trace's loader
 # reads the rank the same way); a ".json"/".pkl" suffix someone added afterwards is allowed.
@@ -211,6 +213,9 @@ def _to_dump(raw: Any, path: str, rank: int | None, kind: str) -> Dump:
     warnings: list[str] = []
     entries: list[Entry] = []
     bad = 0
+    if len(entries_raw) > MAX_ENTRIES:
+        warnings.append(f"{len(entries_raw)} entries: only the last {MAX_ENTRIES} were read")
+        entries_raw = entries_raw[-MAX_ENTRIES:]
     for i, e in enumerate(entries_raw, 1):
         try:
             entries.append(_entry(e, i))
