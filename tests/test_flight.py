@@ -309,3 +309,32 @@ def test_events_export_includes_flight_events():
     culprit = next(e for e in evs if e["kind"] == "flight.culprit")
     assert (culprit["rank"], culprit["reason"], culprit["seq"], culprit["last_seq"]) == (3, "missing", 6, 5)
     assert culprit["path"].endswith("fr_3") and culprit["line"] == 5
+
+
+def test_healthy_job_dump_is_no_failure():
+    # real: a healthy 4-rank gloo job that asked for its dumps at the end; rank 1's last barrier was not yet retired
+    r = run(str(CASES / "cpu_gloo_fr_healthy"), "--format", "json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["root_cause"] is None
+    al = align(dumps_of("cpu_gloo_fr_healthy"))
+    assert al.stuck.kind == "waiting" and al.stuck.waiting == [1] and not al.stuck.overdue
+
+
+def test_dump_alone_needs_proof_of_a_hang():
+    # the real H200 dump without its log: a pending op, nothing shows it overdue (its dump holds no later time)
+    r = run(str(CASES / "h200_watchdog_fr_dump" / "fr_0"), "--format", "json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["root_cause"] is None
+    # the mismatch is structural: the dumps alone are enough
+    r = run(*[str(p) for p in sorted((CASES / "cpu_gloo_fr_rank1_other_op").glob("fr_*"))], "--format", "json")
+    assert json.loads(r.stdout)["root_cause"]["ranks"] == [1]
+
+
+def test_overdue_when_a_dump_shows_time_past_the_timeout(tmp_path):
+    a = _synthetic_dump(tmp_path, 0, [("nccl:all_reduce", 1, 0, False, False, 10), ("nccl:all_reduce", 1, 0, False, False, 11)],
+                        world=1)
+    d = read_dump(str(a))
+    assert not align([d]).stuck.overdue
+    late = _synthetic_dump(tmp_path, 1, [("nccl:all_reduce", 1, 0, False, False, 10),
+                                         ("nccl:broadcast", 2, 0, False, True, 10 + 20_000 * 1_000_000)], world=2)
+    b = read_dump(str(late))
+    assert align([read_dump(str(_synthetic_dump(tmp_path, 0, [("nccl:all_reduce", 1, 0, False, False, 10)], world=2))),
+                  b]).stuck.overdue

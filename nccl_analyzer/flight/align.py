@@ -100,9 +100,10 @@ class SeqReport:
     sites: dict[int, str] = field(default_factory=dict)  # rank -> user call site of its op here
     entries: dict[int, Entry] = field(default_factory=dict)  # rank -> its (first) entry here
     time_ns: int | None = None
+    overdue: bool = False  # a dump shows the op still pending a whole timeout after it was created
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "pg": self.pg, "pg_desc": self.pg_desc, "seq": self.seq, "p2p": self.p2p,
+        return {"overdue": self.overdue, "kind": self.kind, "pg": self.pg, "pg_desc": self.pg_desc, "seq": self.seq, "p2p": self.p2p,
                 "op": self.op, "profiling_name": self.profiling_name, "culprits": self.culprits,
                 "waiting": self.waiting, "done": self.done, "missing": self.missing, "no_dump": self.no_dump,
                 "what": self.what, "values": {str(k): v for k, v in sorted(self.values.items())},
@@ -167,11 +168,26 @@ def align(dumps: list[Dump]) -> Alignment:
             if dv:
                 divergences.append(dv)
     stuck = min(stuck_list, key=_when) if stuck_list else None
+    if stuck is not None:
+        stuck.overdue = _overdue(stuck, by_rank)
     divergence = min(divergences, key=_when) if divergences else None
     without = sorted(all_ranks - set(by_rank))
     return Alignment(dumps=dumps, ranks=sorted(all_ranks), with_dump=sorted(by_rank), without_dump=without,
                      stuck=stuck, mismatches=mismatches, divergence=divergence, per_rank=_per_rank(by_rank),
                      warnings=warnings)
+
+
+def _overdue(f: SeqReport, by_rank: dict[int, Dump]) -> bool:
+    """Whether a dump proves the stuck op overdue: some timestamp it holds (any entry's creation, start or
+    completion, on the same host's clock) is at least the op's timeout after the op was created. A dump taken
+    on a healthy job has a pending last op too; only this, or a failure in the logs, tells a hang from a
+    snapshot."""
+    timeouts = [e.timeout_ms for e in f.entries.values() if e.timeout_ms]
+    if f.time_ns is None or not timeouts:
+        return False
+    latest = max((t for d in by_rank.values() for e in d.entries
+                  for t in (e.time_created_ns, e.time_started_ns, e.time_completed_ns) if t), default=0)
+    return latest - f.time_ns >= min(timeouts) * 1_000_000
 
 
 def _when(f: SeqReport) -> tuple:

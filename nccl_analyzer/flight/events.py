@@ -171,7 +171,7 @@ def _culprit_events(f: SeqReport, al: Alignment, by_rank: dict[int, Dump], kind:
                   "called": f.values.get(r), "expected": f.values.get(ref) if ref is not None else None,
                   "others_who": _who(others) or None,
                   "site": f.sites.get(r), "others_site": f.sites.get(ref) if ref is not None else None,
-                  "dump_missing": r not in by_rank}
+                  "dump_missing": r not in by_rank, "overdue": f.overdue}
         dv = divergence
         if dv is not None and r in dv.culprits and dv.pg == f.pg and dv.seq < f.seq:
             # the same rank already called an earlier collective from another line than the rest (a skipped call)

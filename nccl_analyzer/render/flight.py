@@ -109,8 +109,8 @@ def _summary(fl: dict[str, Any]) -> list[str]:
     if st:
         seq_kind = "p2p_seq_id" if st["p2p"] else "collective_seq_id"
         who = rank_ranges(st["culprits"]) if st["culprits"] else "?"
-        out.append(f"first collective not finished by every rank: {st['profiling_name']} (pg {st['pg']}, "
-                   f"{seq_kind} {st['seq']}); {_reason(st)}; culprit rank(s) {who}")
+        out.append(f"first collective not finished by every rank when the dumps were taken: {st['profiling_name']} "
+                   f"(pg {st['pg']}, {seq_kind} {st['seq']}); {_reason(st)}; odd rank(s) out: {who}")
     else:
         out.append("every recorded collective finished on every rank that recorded it")
     return out
@@ -125,8 +125,10 @@ def _reason(st: dict[str, Any]) -> str:
     if kind == "no_dump":
         return f"every dump recorded it; rank(s) {rank_ranges(st['no_dump'])} left no dump"
     if kind == "not_started":
-        return "it never started on some ranks"
-    return "every rank recorded it and none finished it"
+        return f"it had not started on rank(s) {rank_ranges(st['culprits'])}"
+    if st["done"]:
+        return f"rank(s) {rank_ranges(st['waiting'])} had not finished it"
+    return "every rank recorded it and none had finished it"
 
 
 def text_rows(g: dict[str, Any], width: int = 28) -> list[tuple[str, ...]]:
