@@ -338,3 +338,16 @@ def test_overdue_when_a_dump_shows_time_past_the_timeout(tmp_path):
     b = read_dump(str(late))
     assert align([read_dump(str(_synthetic_dump(tmp_path, 0, [("nccl:all_reduce", 1, 0, False, False, 10)], world=2))),
                   b]).stuck.overdue
+
+
+FR_CASES = sorted(p.parent.name for p in CASES.glob("*fr_*/label.json"))
+
+
+@pytest.mark.parametrize("case", FR_CASES)
+def test_fr_case_root_cause_and_ranks_match_the_label(case):
+    label = json.loads((CASES / case / "label.json").read_text())
+    out = json.loads(run(str(CASES / case), "--format", "json").stdout)
+    rc = out["root_cause"]
+    assert (rc["id"] if rc else None) == label["root_cause"]
+    if rc and "ranks" in label and case != "h200_watchdog_fr_heartbeat":  # (that one has no dump)
+        assert rc["ranks"] == label["ranks"] and rc["rule"].startswith("flight-")
