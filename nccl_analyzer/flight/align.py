@@ -40,43 +40,29 @@ def site_text(f: Frame | None) -> str | None:
     return f"{f.filename}:{f.line} ({f.name})" if f else None
 
 
-@dataclass(slots=True)
 class Op:
-    """One rank's op at one sequence id (a coalesced group counts as one op)."""
+    """One rank's op at one sequence id (a coalesced group counts as one op); its properties are computed once
+    (alignment compares every rank's op at every id)."""
 
-    rank: int
-    entries: list[Entry]
+    __slots__ = ("rank", "entries", "first", "name", "sizes", "dtypes", "done", "state", "site", "sig")
 
-    @property
-    def first(self) -> Entry:
-        return self.entries[0]
-
-    @property
-    def name(self) -> str:
-        ops = [e.op for e in self.entries if e.op != "coalesced"]
-        return ops[0] if len(ops) == 1 else "coalesced[" + ",".join(ops) + "]"
-
-    @property
-    def sizes(self) -> tuple:
-        return tuple((e.input_sizes, e.output_sizes) for e in self.entries if e.op != "coalesced")
-
-    @property
-    def dtypes(self) -> tuple:
-        return tuple(sorted(set(d for e in self.entries for d in e.input_dtypes + e.output_dtypes)))
-
-    @property
-    def done(self) -> bool:
-        return all(e.done for e in self.entries)
-
-    @property
-    def state(self) -> str:
-        states = {e.state for e in self.entries}
-        return "completed" if states == {"completed"} else ("started" if "started" in states or "completed" in states
-                                                             else "scheduled")
-
-    @property
-    def site(self) -> Frame | None:
-        return user_frame(self.first.frames)
+    def __init__(self, rank: int, entries: list[Entry]):
+        self.rank = rank
+        self.entries = entries
+        self.first = entries[0]
+        members = [e for e in entries if e.op != "coalesced"]
+        ops = [e.op for e in members]
+        self.name = ops[0] if len(ops) == 1 else "coalesced[" + ",".join(ops) + "]"
+        self.sizes = tuple((e.input_sizes, e.output_sizes) for e in members)
+        self.dtypes = tuple(sorted({d for e in entries for d in e.input_dtypes + e.output_dtypes}))
+        self.done = all(e.done for e in entries)
+        states = {e.state for e in entries}
+        self.state = "completed" if states == {"completed"} else (
+            "started" if "started" in states or "completed" in states else "scheduled")
+        self.site = user_frame(self.first.frames)
+        # what must agree across ranks, plus whether it finished: equal signatures need no closer look
+        self.sig = (self.name, self.sizes, self.dtypes, (self.site.filename, self.site.line) if self.site else None,
+                    self.done)
 
 
 @dataclass(slots=True)
@@ -225,12 +211,16 @@ def _scan(key: tuple[str, str], g: dict[str, Any], ops: dict[int, dict[int, list
     stuck: SeqReport | None = None
     mismatches: list[SeqReport] = []
     divergence: SeqReport | None = None
+    no_dump = [r for r in members if r not in by_rank]
+    with_dump = [r for r in members if r in by_rank]
     for s in seqs:
         here = {r: Op(r, ops[r][s]) for r in ops if s in ops[r]}
+        if len({o.sig for o in here.values()}) == 1 and next(iter(here.values())).done and \
+                all(r in here for r in with_dump):
+            continue  # every rank with a dump recorded the same call and finished it: nothing to report
         missing = [r for r in members if r in by_rank and r not in here and (r not in lo or lo[r] <= s)]
         # a rank whose ring buffer starts after s overwrote it: it is no evidence either way
         missing = [r for r in missing if r not in hi or s > hi[r]]
-        no_dump = [r for r in members if r not in by_rank]
         f = _finding(key, s, p2p, here, missing, no_dump)
         if not p2p and f.kind == "mismatch":
             mismatches.append(f)
