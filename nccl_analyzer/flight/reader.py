@@ -4,7 +4,9 @@ A dump is what ``ProcessGroupNCCL`` (and, on request, gloo) writes with ``TORCH_
 ``TORCH_NCCL_TRACE_BUFFER_SIZE`` set: ``FlightRecorder::dump()`` (c10d/FlightRecorderDetail.hpp, torch 2.2-2.14)
 pickles one dict with ``torch::jit::Pickler`` (protocol 2, plain dicts/lists/tuples/str/int/float/bool/None, no
 globals), ``FlightRecorder::dump_json()`` writes the same keys as JSON (``_dump_fr_trace_json``; no frames, 0 for
-unknown times, string pg_status values). The dump is untrusted input: the unpickler below refuses every global, so
+unknown times, string pg_status values). Schema versions seen in torch's sources: 2.3/2.4 and 2.7 (the NCCL
+version under ``nccl_version``), 2.10 (``comm_lib_version``); before 2.4 the id was ``seq_id``. The dump is
+untrusted input: the unpickler below refuses every global, so
 a crafted pickle cannot import or call anything; anything odd becomes a ``DumpError`` with a one-line reason.
 """
 from __future__ import annotations
@@ -25,7 +27,7 @@ _SNIFF = 512
 # torch names the file <TORCH_FR_DUMP_TEMP_FILE or TORCH_NCCL_DEBUG_INFO_TEMP_FILE><global rank> (fr_trace's loader
 # reads the rank the same way); a ".json"/".pkl" suffix someone added afterwards is allowed.
 _RANK_SUFFIX = re.compile(r"(\d+)(?:\.(?:json|pkl|pickle))?$")
-_DUMP_KEYS = (b"entries", b"pg_config", b"pg_status", b"comm_lib_version")
+_DUMP_KEYS = (b"entries", b"pg_config", b"pg_status", b"comm_lib_version", b"nccl_comm_state")
 _STATES = ("scheduled", "started", "completed")
 
 
@@ -224,8 +226,9 @@ def _to_dump(raw: Any, path: str, rank: int | None, kind: str) -> Dump:
     if bad:
         warnings.append(f"{bad} of {len(entries_raw)} entries have an unexpected shape and were skipped")
     return Dump(path=path, rank=rank, format=kind, version=_str(raw.get("version")),
-                comm_lib_version=_str(raw.get("comm_lib_version")), pg_config=_pg_config(raw.get("pg_config")),
-                pg_status=_pg_status(raw.get("pg_status")), entries=entries, warnings=warnings)
+                comm_lib_version=_str(raw.get("comm_lib_version") or raw.get("nccl_version")),
+                pg_config=_pg_config(raw.get("pg_config")), pg_status=_pg_status(raw.get("pg_status")),
+                entries=entries, warnings=warnings)
 
 
 def _entry(e: Any, index: int) -> Entry:
