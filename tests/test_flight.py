@@ -351,3 +351,12 @@ def test_fr_case_root_cause_and_ranks_match_the_label(case):
     assert (rc["id"] if rc else None) == label["root_cause"]
     if rc and "ranks" in label and case != "h200_watchdog_fr_heartbeat":  # (that one has no dump)
         assert rc["ranks"] == label["ranks"] and rc["rule"].startswith("flight-")
+
+
+def test_behind_names_the_rank_furthest_back_where_progress_is_known(tmp_path):
+    assert align(dumps_of("h200_watchdog_fr_dump")).behind == {"seq": 5, "ranks": [0], "positions": {"0": 5}}
+    assert align(dumps_of("cpu_gloo_fr_rank2_skips")).behind is None  # gloo: 'retired' also marks failed ops
+    a = _synthetic_dump(tmp_path, 0, [("nccl:all_reduce", 1, 0, False, True, 10), ("nccl:all_reduce", 2, 0, False, False, 20)])
+    b = _synthetic_dump(tmp_path, 1, [("nccl:all_reduce", 1, 0, False, False, 11)])
+    bh = align([read_dump(str(a)), read_dump(str(b))]).behind
+    assert (bh["seq"], bh["ranks"]) == (1, [1])

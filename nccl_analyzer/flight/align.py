@@ -109,6 +109,7 @@ class Alignment:
     divergence: SeqReport | None  # earliest id where one rank called from another line than the rest
     per_rank: dict[int, dict[str, Any]]
     warnings: list[str] = field(default_factory=list)
+    behind: dict[str, Any] | None = None  # in the stuck group: the rank(s) furthest back, and where
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -119,7 +120,7 @@ class Alignment:
             "mismatches": [m.to_dict() for m in self.mismatches],
             "divergence": self.divergence.to_dict() if self.divergence else None,
             "per_rank": {str(r): v for r, v in sorted(self.per_rank.items())},
-            "warnings": self.warnings,
+            "warnings": self.warnings, "behind": self.behind,
         }
 
 
@@ -154,13 +155,31 @@ def align(dumps: list[Dump]) -> Alignment:
             if dv:
                 divergences.append(dv)
     stuck = min(stuck_list, key=_when) if stuck_list else None
+    behind = None
     if stuck is not None:
         stuck.overdue = _overdue(stuck, by_rank)
+        behind = _behind(groups[(stuck.pg, stuck.pg_desc)]["p2p" if stuck.p2p else "coll"])
     divergence = min(divergences, key=_when) if divergences else None
     without = sorted(all_ranks - set(by_rank))
     return Alignment(dumps=dumps, ranks=sorted(all_ranks), with_dump=sorted(by_rank), without_dump=without,
                      stuck=stuck, mismatches=mismatches, divergence=divergence, per_rank=_per_rank(by_rank),
-                     warnings=warnings)
+                     warnings=warnings, behind=behind)
+
+
+def _behind(ops: dict[int, dict[int, list[Entry]]]) -> dict[str, Any] | None:
+    """The rank(s) stuck earliest in one group: each rank's position is its first unfinished id, or one past its
+    last id when it finished everything it recorded; the lowest position wins."""
+    if not any(e.state != "scheduled" for t in ops.values() for es in t.values() for e in es):
+        return None  # gloo: no CUDA events, and 'retired' is also set on a failed op: no reliable progress
+    pos: dict[int, int] = {}
+    for r, table in ops.items():
+        pending = [s for s, es in table.items() if not all(e.done for e in es)]
+        pos[r] = min(pending) if pending else max(table) + 1
+    if not pos:
+        return None
+    low = min(pos.values())
+    return {"seq": low, "ranks": sorted(r for r, p in pos.items() if p == low),
+            "positions": {str(r): p for r, p in sorted(pos.items())}}
 
 
 def _overdue(f: SeqReport, by_rank: dict[int, Dump]) -> bool:

@@ -111,6 +111,10 @@ def _summary(fl: dict[str, Any]) -> list[str]:
         who = rank_ranges(st["culprits"]) if st["culprits"] else "?"
         out.append(f"first collective not finished by every rank when the dumps were taken: {st['profiling_name']} "
                    f"(pg {st['pg']}, {seq_kind} {st['seq']}); {_reason(st)}; odd rank(s) out: {who}")
+        bh = fl.get("behind")
+        if bh and len(bh["ranks"]) < len(bh["positions"]):
+            out.append(f"furthest behind: rank(s) {rank_ranges(bh['ranks'])} (first unfinished or next id #{bh['seq']}; "
+                       "the others got further)")
     else:
         out.append("every recorded collective finished on every rank that recorded it")
     return out
