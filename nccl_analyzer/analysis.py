@@ -1,6 +1,7 @@
 """The whole pipeline: sources -> events -> job model + rule engine -> Diagnosis (batch and incremental)."""
 from __future__ import annotations
 
+import os
 from typing import Any, Iterable
 
 from . import failsafe, parallel
@@ -49,6 +50,7 @@ class Analyzer:
         self._parallel = False
         self._jobs = JobSplitCheck()  # inputs that look like separate jobs -> a warning
         self._events_by_path: dict[str, int] = {}
+        self._fr_pointers: list[Event] = []  # log lines naming a Flight Recorder dump file (flight/)
 
     # -- input ----------------------------------------------------------------------------------------------
     def add_sources(self, sources: list[Source]) -> None:
@@ -74,6 +76,9 @@ class Analyzer:
         self._jobs.observe(ev)
         self._events_by_path[ev.path] = self._events_by_path.get(ev.path, 0) + 1
         self._prov_dirty = True
+        if ev.kind == "torch.flight_recorder" and ev.fields.get("stage") == "dumping" and len(self._fr_pointers) < 4096:
+            # (flight.events.is_pointer, inlined: this runs for every event)
+            self._fr_pointers.append(ev)
         if len(self._sample) < SAMPLE_CAP and not ev.kind.startswith(_QUIET_KINDS):
             self._sample.append(ev)
 
@@ -140,6 +145,31 @@ class Analyzer:
                     self.add_event(ev)
                     out.append(ev)
         return out
+
+    def add_flight_dumps(self, paths: list[str]) -> None:
+        """Read Flight Recorder dumps (these paths, plus those the log named), align them across ranks and fold
+        the ``flight.*`` events and the per-rank table (``job.extra["flight"]``) in (flight/)."""
+        from .flight import events as fr
+
+        got = fr.analyze_dumps(paths, self._fr_pointers)
+        if got is None:
+            return
+        dumps, bad, al, events = got
+        for d in dumps:
+            # a dump has entries, not lines: its "lines" count is its entries (docs/flight.md)
+            self._sources.append(Source(path=d.path, real=d.path, rank=d.rank, lines=len(d.entries),
+                                        warnings=[*d.warnings]))
+        for p, reason in bad:
+            self._sources.append(Source(path=p, real=p, warnings=[f"not a readable Flight Recorder dump: {reason}"]))
+        if dumps and al.without_dump:
+            self._sources[-1 - len(bad)].warnings.append(
+                f"no Flight Recorder dump from rank(s) {fr._ranks(al.without_dump)} (normal: a stuck or dead rank "
+                "often writes none); the analysis uses the dumps there are")
+        for w in al.warnings:
+            self._sources[-1 - len(bad)].warnings.append(w)
+        for ev in events:
+            self.add_event(ev)
+        self.builder.job.extra["flight"] = fr.table(al, bad)
 
     # -- verdicts -------------------------------------------------------------------------------------------
     def provisional(self) -> RootCause | None:
@@ -211,6 +241,18 @@ class Analyzer:
                                    timeline=timeline[:TIMELINE_CAP], dismissed=dismissed)
         return self._finished
 
+    def check_readable(self, logs: list[Source]) -> None:
+        """With no log given and no dump readable there is nothing to analyze: a dump's reason, exit 2.
+
+        Raises:
+            InputError: every input was a Flight Recorder dump and none could be read.
+        """
+        fl = self.builder.job.extra.get("flight")
+        if logs or not fl or fl.get("dumps"):
+            return
+        first = fl["unreadable"][0]
+        raise InputError(f"not a readable Flight Recorder dump: {first['reason']}", path=first["path"])
+
     def _inputs(self) -> tuple[list[InputInfo], list[str]]:
         warnings: list[str] = []
         out: list[InputInfo] = []
@@ -225,6 +267,14 @@ class Analyzer:
             if p not in seen:
                 out.append(InputInfo(path=p, lines=n))
         return out, warnings
+
+
+def split_dumps(specs: Iterable[str], sources: list[Source]) -> tuple[list[Source], list[str]]:
+    """Separate Flight Recorder dumps (found by content, flight/) from the text logs: dumps are read as dumps
+    (``Analyzer.add_flight_dumps``), never as text."""
+    from .flight.events import split_sources
+
+    return split_sources(specs, sources)
 
 
 def analyze(specs: Inputs, rules_dirs: Inputs = (), stdin_name: str = "-",
@@ -246,7 +296,7 @@ def analyze(specs: Inputs, rules_dirs: Inputs = (), stdin_name: str = "-",
             only some are, they are skipped with a warning in ``Diagnosis.warnings``).
         RuleError: an invalid rule file.
     """
-    sources = expand_inputs(as_specs(specs), stdin_name=stdin_name)
+    sources, dumps = split_dumps(as_specs(specs), expand_inputs(as_specs(specs), stdin_name=stdin_name))
     rules_dirs = as_specs(rules_dirs)
     for src in sources:
         sniff_source(src)
@@ -262,11 +312,13 @@ def analyze(specs: Inputs, rules_dirs: Inputs = (), stdin_name: str = "-",
             for src in text_sources:
                 a.run_source(src, progress, total)
                 total += src.lines
+        a.add_flight_dumps(dumps)
     finally:
         if progress is not None:
             progress.done()
+    a.check_readable(sources)
     diagnosis = a.finish()
-    empty = nothing_to_analyze(sources)
+    empty = nothing_to_analyze(sources) if sources or not dumps else None
     if empty:
         raise InputError(empty)
     return diagnosis
@@ -298,3 +350,23 @@ def hits_for_text(text: str, rules: list[Rule], name: str = "-") -> list[Hit]:
         a.feed(line)
     a.flush()
     return a.hits()
+
+
+def hits_for_dumps(text: str, dumps: tuple[str, ...] | list[str], rules: list[Rule], name: str = "-") -> list[Hit]:
+    """Rule hits for a log plus Flight Recorder dumps given as JSON text (rank = position), through the full
+    pipeline: the dumps are written to a private temporary folder as ``fr_<rank>`` and read back as dumps."""
+    import tempfile
+
+    a = Analyzer(rules=rules)
+    for line in lines_of_text(text, name):
+        a.feed(line)
+    a.flush()
+    with tempfile.TemporaryDirectory(prefix="nccl-analyzer-fr-") as tmp:
+        paths = []
+        for rank, body in enumerate(dumps):
+            p = os.path.join(tmp, f"fr_{rank}")
+            with open(p, "w", encoding="utf-8") as f:
+                f.write(body.strip())
+            paths.append(p)
+        a.add_flight_dumps(paths)
+        return a.hits()

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-from .analysis import Analyzer
+from .analysis import Analyzer, split_dumps
 from .engine.loader import Rule, load_rules
 from .errors import AnalyzerError
 from .sources import Inputs, as_specs, expand_inputs
@@ -59,11 +59,12 @@ def run_case(case_dir: Path, rules: list[Rule]) -> CaseResult:
     expected = label.get("root_cause")
     name = case_dir.name
     try:
-        sources = expand_inputs([str(case_dir)])
+        sources, dumps = split_dumps([str(case_dir)], expand_inputs([str(case_dir)]))
         a = Analyzer(rules=rules)
         a.add_sources(sources)
         for s in sources:
             a.run_source(s)
+        a.add_flight_dumps(dumps)
         d = a.finish()
     except AnalyzerError as exc:
         return CaseResult(name, str(case_dir), expected, None, None, error=str(exc))

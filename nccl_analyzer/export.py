@@ -11,6 +11,7 @@ from typing import IO, Iterable, Iterator
 from . import parallel
 from .classify import EventStream
 from .model import Event
+from .flight.events import analyze_dumps, is_pointer, split_sources
 from .sources import Inputs, as_specs, expand_inputs, iter_source
 
 EXPORT_CHUNK_BYTES = 8 << 20
@@ -18,8 +19,21 @@ CSV_COLUMNS = ("kind", "path", "line", "end_line", "host", "pid", "tid", "rank",
 
 
 def iter_events(specs: Inputs, *, keep_text: bool = True, stdin_name: str = "-") -> Iterator[Event]:
-    """Events of all inputs, streaming, in input order within each input (one parser state per input)."""
-    yield from _iter_source_events(expand_inputs(as_specs(specs), stdin_name=stdin_name), keep_text)
+    """Events of all inputs, streaming, in input order within each input (one parser state per input); the
+    ``flight.*`` events of Flight Recorder dumps (given, or named by the log) come last."""
+    sources, dumps = split_sources(as_specs(specs), expand_inputs(as_specs(specs), stdin_name=stdin_name))
+    yield from _with_flight(_iter_source_events(sources, keep_text), dumps)
+
+
+def _with_flight(events: Iterable[Event], dumps: list[str]) -> Iterator[Event]:
+    pointers: list[Event] = []
+    for ev in events:
+        if is_pointer(ev):
+            pointers.append(ev)
+        yield ev
+    got = analyze_dumps(dumps, pointers)
+    if got is not None:
+        yield from got[3]
 
 
 def _selected(events: Iterable[Event], kinds: tuple[str, ...]) -> Iterator[Event]:
@@ -71,12 +85,20 @@ def write_events(specs: Inputs, *, fmt: str, out: IO[str], kinds: tuple[str, ...
     Big inputs are parsed and encoded in worker processes, in byte ranges whose output is written in input
     order (not with --redact: its name mapping must be learned in one pass to stay consistent).
     """
-    sources = expand_inputs(as_specs(specs), stdin_name=stdin_name)
+    sources, dumps = split_sources(as_specs(specs), expand_inputs(as_specs(specs), stdin_name=stdin_name))
     workers = parallel.worker_count() if workers is None else workers
     if fmt == "csv":
         csv.writer(out, lineterminator="\n").writerow(CSV_COLUMNS)
     if not redact and parallel.should_parallelize(sources, workers):
-        return _write_parallel(sources, fmt, out, kinds, keep_text, workers)
+        counts = _write_parallel(sources, fmt, out, kinds, keep_text, workers)
+        got = analyze_dumps(dumps, [])  # (the workers' events are not seen here: only the dumps given)
+        if got is not None:
+            writer = csv.writer(out, lineterminator="\n") if fmt == "csv" else None
+            for ev in _selected(got[3], kinds):
+                counts[ev.kind] += 1
+                _write_one(ev, fmt, out, writer)
+            out.flush()
+        return counts
     counts: Counter = Counter()
     redactor = None
     if redact:
@@ -84,7 +106,7 @@ def write_events(specs: Inputs, *, fmt: str, out: IO[str], kinds: tuple[str, ...
 
         redactor = Redactor()
     writer = csv.writer(out, lineterminator="\n") if fmt == "csv" else None
-    for ev in _selected(_iter_source_events(sources, keep_text), kinds):
+    for ev in _selected(_with_flight(_iter_source_events(sources, keep_text), dumps), kinds):
         counts[ev.kind] += 1
         if redactor is not None:
             ev = redactor.event(ev)

@@ -277,7 +277,7 @@ class JobModel:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "nccl_versions": list(self.nccl_versions),
             "torch_version": self.torch_version,
             "cuda_driver": self.cuda_driver,
@@ -287,6 +287,9 @@ class JobModel:
             "network": self.network,
             "ranks": [self.ranks[r].to_dict() for r in sorted(self.ranks)],
         }
+        if self.extra.get("flight"):  # Flight Recorder dumps were read (docs/flight.md)
+            out["flight"] = self.extra["flight"]
+        return out
 
 
 @dataclass(frozen=True, slots=True)

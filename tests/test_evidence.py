@@ -8,6 +8,7 @@ import pytest
 
 from nccl_analyzer.analysis import analyze
 from nccl_analyzer.engine.loader import load_rules
+from nccl_analyzer.flight.reader import read_dump, sniff
 from nccl_analyzer.sources import clean_text, Source
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,6 +29,11 @@ def test_evidence_lines_are_verbatim_and_correctly_numbered(case):
         quoted += list(d.root_cause.evidence)
     cache: dict[str, list[str]] = {}
     for ev in quoted:
+        if sniff(ev.path):
+            # a Flight Recorder dump has no lines: line = the entry number, text = "rank N: " + that entry's summary
+            entry = read_dump(ev.path).entries[ev.line - 1]
+            assert ev.text.split(": ", 1)[1].startswith(entry.summary()), f"{ev.path}:{ev.line} quotes {ev.text!r}"
+            continue
         if ev.path not in cache:
             raw = Path(ev.path).read_bytes().decode("utf-8", "replace").split("\n")
             cache[ev.path] = [clean_text(s, Source(ev.path, None), i + 1).raw for i, s in enumerate(raw)]

@@ -30,9 +30,13 @@ class Problem:
 def run_example(rule: Rule, example: Example) -> bool:
     """Whether ``rule`` matches the example's log when it goes through the full pipeline (sources, parsers,
     job model, matcher)."""
-    from ..analysis import hits_for_text
+    from ..analysis import hits_for_dumps, hits_for_text
 
-    hits = hits_for_text(example.log, [rule], name=f"{rule.id}.example@{example.line}")
+    name = f"{rule.id}.example@{example.line}"
+    if example.dumps:
+        hits = hits_for_dumps(example.log, example.dumps, [rule], name=name)
+    else:
+        hits = hits_for_text(example.log, [rule], name=name)
     return any(h.rule.id == rule.id for h in hits)
 
 

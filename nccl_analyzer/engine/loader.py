@@ -36,6 +36,7 @@ class Example:
     log: str
     line: int
     name: str = ""
+    dumps: tuple[str, ...] = ()  # Flight Recorder dumps (JSON text, rank = position) analyzed with the log
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,7 +271,11 @@ def _parse_examples(exs: Any, text: str, path: str, lines: dict[str, int], statu
         if not isinstance(ex, dict) or ex.get("expect") not in ("match", "no-match") or not isinstance(ex.get("log"), str):
             raise RuleError("each [[example]] needs expect = \"match\"|\"no-match\" and log = '''...'''", path=path,
                             line=at)
-        out.append(Example(expect=ex["expect"], log=ex["log"], line=at, name=str(ex.get("name", ""))))
+        dumps = ex.get("dumps", [])
+        if not isinstance(dumps, list) or not all(isinstance(d, str) for d in dumps):
+            raise RuleError("an example's dumps = [...] holds Flight Recorder dumps as JSON strings", path=path, line=at)
+        out.append(Example(expect=ex["expect"], log=ex["log"], line=at, name=str(ex.get("name", "")),
+                           dumps=tuple(dumps)))
     if status != "deprecated":
         kinds = {e.expect for e in out}
         if kinds != {"match", "no-match"}:

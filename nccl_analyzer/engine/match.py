@@ -246,6 +246,32 @@ def predicate(fn: Predicate) -> Predicate:
     return fn
 
 
+@predicate
+def hang_evidence(ctx: PredContext, kinds: list[str] | None = None, first_error: str | None = None,
+                  collective_traceback: bool = False) -> PredResult | None:
+    """The job really hung, not just dumped mid-run: a matched event says ``overdue = true`` (a Flight Recorder
+    dump proves the op pending for a whole timeout), or the logs hold an event of one of ``kinds`` (globs), or
+    some rank's first error matches the regex ``first_error``, or (``collective_traceback``) a rank's traceback
+    ended inside a collective call (gloo raises its timeout there). A dump taken on a healthy job also ends in a
+    pending op; this tells the two apart. Blames nothing itself."""
+    if any(ev.fields.get("overdue") is True for ev in ctx.events):
+        return PredResult(bound={"hang_evidence": "the dump shows the op pending for longer than its timeout"})
+    b = ctx.builder
+    for k in sorted(b.kinds):
+        if any(fnmatch.fnmatchcase(k, g) for g in kinds or ()):
+            return PredResult(bound={"hang_evidence": f"the log shows {k}"})
+    if first_error:
+        rx = re.compile(first_error)
+        for r in sorted(b.job.ranks):
+            err = b.job.ranks[r].first_error
+            if err is not None and rx.search(err.text):
+                return PredResult(bound={"hang_evidence": f"rank {r}'s first error: {err.text[:160]}"})
+    if collective_traceback and b.tb_collectives:
+        r, op = sorted(b.tb_collectives.items())[0]
+        return PredResult(bound={"hang_evidence": f"rank {r}'s traceback ends in {op}"})
+    return None
+
+
 def _norm_op(op: Any) -> str:
     return re.sub(r"[^a-z]", "", str(op).lower()).replace("tensor", "").replace("base", "")
 

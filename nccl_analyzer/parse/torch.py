@@ -663,7 +663,7 @@ _DISPATCH: tuple[tuple[tuple[str, ...], str], ...] = (
       "ProcessGroupNCCL monitor thread is disabled"), "heartbeat"),
     (("Received a dump signal", "Received a global", "ProcessGroupNCCL's watchdog detected", "First PG on this rank",
       "Observed flight recorder", "First watchdog to set", "ProcessGroupNCCL preparing to dump",
-      "ProcessGroupNCCL dumping nccl trace", "Finished writing NCCLPG", "Finished flight recorder",
+      "ProcessGroupNCCL dumping nccl trace", "Finished writing NCCLPG", "Finished writing Flight Recorder", "Finished flight recorder",
       "Flight Recorder trace", "Flight recorder dump"), "flight_recorder"),
     (("ProcessGroupNCCL initialization options", "ProcessGroupNCCL environments", "PGNCCL Watchdog environments",
       "HeartbeatMonitor environments"), "pg_init"),
@@ -790,7 +790,7 @@ _UPPER = (r"[FEWIVC]\d{4} \d|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):|Traceback \(
           r"CUDA (?:error|driver error|out of memory)|Cuda failure \S+:\d+ '|WorkNCCL\(|Work WorkNCCL|Watchdog caught|Some NCCL|"
           r"To avoid data|Process group watchdog|Process \d+ got signal|Exception \(either|Exception raised from|"
           r"Timeout at NCCL|Timed out after|Heartbeat monitor|ProcessGroupNCCL|PGNCCL|HeartbeatMonitor|Received |"
-          r"First (?:PG|watchdog)|Observed flight|Finished (?:flight|writing NCCLPG)|Flight [Rr]ecorder|"
+          r"First (?:PG|watchdog)|Observed flight|Finished (?:flight|writing NCCLPG|writing Flight Recorder)|Flight [Rr]ecorder|"
           r"Stack trace of the failed|Socket Timeout|Failed to recv|Sending process|Signal \d+ \(|Setting OMP_NUM|"
           r"Search for `cuda|Unable to shutdown|UV Store|TCP client|Collective WorkNCCL|Terminating the process|"
           r"Unknown NCCL error|Last error:|Root Cause \(first|Failures:$|THCudaCheck FAIL|NVRM: Xid \(|"

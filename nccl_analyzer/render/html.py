@@ -10,6 +10,7 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
+from .flight import flight_grid, svg_grid, text_rows
 from ..model import Diagnosis, Evidence
 from ..resources import reports_dir
 from . import view
@@ -107,6 +108,7 @@ def build_context(d: Diagnosis) -> dict[str, Any]:
         "ranks": _ranks(d),
         "ranks_left": max(len(d.job.ranks) - MAX_RANKS, 0),
         "timeline": _timeline(d),
+        "flight": _flight(d),
         "findings": [_finding(f, excerpts) for f in d.findings[:MAX_FINDINGS]],
         "findings_left": max(len(d.findings) - MAX_FINDINGS, 0),
         "job_facts": _job_facts(d),
@@ -238,3 +240,11 @@ def _timeline(d: Diagnosis) -> dict[str, Any]:
     return {"axis": tl["axis"], "lanes": lanes, "height": height, "ticks": ticks, "left": _TL_LEFT,
             "right": _TL_LEFT + _TL_WIDTH, "lanes_left": tl["lanes_left"], "points_left": tl["points_left"],
             "span": tl["span"]}
+
+
+def _flight(d: Diagnosis) -> dict[str, Any] | None:
+    """The Flight Recorder section: summary, per-rank table and a small SVG timeline (render/flight.py)."""
+    g = flight_grid(d)
+    if g is None:
+        return None
+    return {**g, "header": text_rows(g)[0], "svg": svg_grid(g)}

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 
+from .flight import flight_grid, text_rows
 from ..model import Diagnosis, Evidence
 from . import view
 
@@ -86,6 +87,7 @@ def render_markdown(d: Diagnosis) -> str:
             out.append(f"**Cascade:** {md_text(note)}.")
             out.append("")
     out.extend(_reproduction(d))
+    out.extend(_flight(d))
     warnings = view.input_warnings(d)
     if warnings:
         out.append("**Warnings:**")
@@ -211,4 +213,24 @@ def _details(d: Diagnosis) -> list[str]:
         inputs += ["", md_fence([f"{k}: {v}" for k, v in stats] + ([f"... {left} more"] if left else []))]
     if inputs:
         section("Inputs and parse statistics", inputs)
+    return out
+
+
+def _flight(d: Diagnosis) -> list[str]:
+    """The Flight Recorder summary and per-rank table of the last collectives (render/flight.py)."""
+    g = flight_grid(d)
+    if g is None:
+        return []
+    out = [f"**Flight Recorder** (pg {md_code(g['pg'])}):", ""]
+    out.extend(f"- {md_text(s)}" for s in g["summary"])
+    out.append("")
+    rows = text_rows(g)
+    out.append("| " + " | ".join(_cell(h) for h in rows[0]) + " |")
+    out.append("|" + "---|" * len(rows[0]))
+    for row in rows[1:]:
+        out.append("| " + " | ".join([_cell(row[0]), md_code(row[1], table=True), *(_cell(c) for c in row[2:-1]),
+                                      md_code(row[-1], table=True) if row[-1] else ""]) + " |")
+    if g["left"]:
+        out.append(f"\n_{g['left']} more ranks left out._")
+    out.append("")
     return out

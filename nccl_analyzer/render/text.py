@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 import textwrap
 
+from .flight import flight_grid, text_rows
 from ..model import Diagnosis, Evidence, Finding
 from . import view
 
@@ -58,6 +59,7 @@ def render_text(d: Diagnosis, *, verbose: bool = False, color: bool = False) -> 
                    f"{view.plural(n_inputs, 'input')}" + (f" ({seen})" if seen else ""))
     else:
         out.extend(_verdict(d, st, verbose))
+    out.extend(_flight(d, st))
     for w in view.input_warnings(d):
         out.append(f"{st.warn('warning')}: {view.neutralize(w)}")
     if d.redacted:
@@ -240,4 +242,20 @@ def _rank_table(d: Diagnosis) -> list[str]:
     out.extend(fmt.format(*row).rstrip() for row in rows)
     if len(d.job.ranks) > 256:
         out.append(f"  ... {len(d.job.ranks) - 256} more ranks (see --format json or --html)")
+    return out
+
+
+def _flight(d: Diagnosis, st: _Style) -> list[str]:
+    """The Flight Recorder block: what the dumps say, and each rank's last collectives (render/flight.py)."""
+    g = flight_grid(d)
+    if g is None:
+        return []
+    out = ["", st.bold("flight recorder") + f" (pg {view.neutralize(g['pg'])}):"]
+    out.extend(f"  {view.neutralize(s)}" for s in g["summary"])
+    rows = [tuple(view.clip(c, 60) for c in row) for row in text_rows(g)]
+    widths = [max(len(row[k]) for row in rows) for k in range(len(rows[0]))]
+    fmt = "  " + "  ".join(f"{{:<{w}}}" for w in widths)
+    out.extend(fmt.format(*row).rstrip() for row in rows)
+    if g["left"]:
+        out.append(f"  ... {g['left']} more ranks (see --format json or --html)")
     return out
