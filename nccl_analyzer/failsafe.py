@@ -6,6 +6,7 @@ the ledger (bounded: at most ``CAP`` lines are kept, the rest counted) and does 
 """
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
@@ -69,10 +70,12 @@ class ErrorLedger:
     def add(self, ev: Event) -> None:
         kind = ev.kind
         if kind in self.t.progress_kinds:
-            for k in ((ev.path, ev.rank),) + (((ev.path, None),) if kind == "torch.pg.init" else ()):
-                if k[1] is not None or kind == "torch.pg.init":
-                    if ev.line > self.progress.get(k, 0):
-                        self.progress[k] = ev.line
+            keys = [(ev.path, ev.rank)] if ev.rank is not None else []
+            if kind == "torch.pg.init":
+                keys.append((ev.path, None))
+            for k in keys:
+                if ev.line > self.progress.get(k, 0):
+                    self.progress[k] = ev.line
             return
         if kind in self.t.caught_not_with:
             # An exception that escapes ends Python with status 1; a worker killed by a signal (exitcode < 0)
@@ -126,12 +129,12 @@ class ErrorLedger:
             by_path.setdefault(e.path, []).append(e)
         for path, errs in by_path.items():
             errs.sort(key=lambda e: (e.line, e.seq))
-            spans = [e for e in errs if e.kind in _PY and e.end > e.line]
-            for e in errs:
-                for p in spans:
-                    if p is not e and p.line <= e.line <= p.end and e.kind not in _PY:
-                        e.parent = p
-                        break
+            starts = [e.line for e in errs]
+            for p in errs:  # events derived from a traceback's lines (its message) belong to it
+                if p.kind in _PY and p.end > p.line:
+                    for e in errs[bisect.bisect_left(starts, p.line):bisect.bisect_right(starts, p.end)]:
+                        if e.parent is None and e.kind not in _PY:
+                            e.parent = p
             for e in errs:
                 if e.meaning.harmless is not None:
                     e.settled = f"harmless: {e.meaning.harmless} ({e.meaning.entry})"

@@ -256,3 +256,13 @@ def _meaning(line: str) -> str | None:
 ])
 def test_ordinary_lines_are_not_error_lines(line):
     assert _classify_text(line) == []
+
+
+def test_the_tables_ship_in_the_wheel():
+    """resources.messages_dir() finds ``_data/messages`` in an installed wheel: pyproject must put them there."""
+    import tomllib
+
+    meta = tomllib.loads((REF.parent.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    include = meta["tool"]["hatch"]["build"]["targets"]["wheel"]["force-include"]
+    assert include["messages"] == "nccl_analyzer/_data/messages"
+    assert {p.name for p in table_files()} >= {"nccl.toml", "events.toml", "text.toml"}
