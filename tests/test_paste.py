@@ -24,6 +24,7 @@ from nccl_analyzer.sources import Source, expand_inputs, iter_source
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES_DIR = ROOT / "fixtures" / "cases"
+HARD_DIR = ROOT / "fixtures" / "hard"  # right now; why they stay there: fixtures/hard/README.md
 
 # Real single-file cases, each a different shape: traceback + "Last error:" (mambair39), torchelastic failure
 # block (cppo6), NCCL WARN + its return-code chain (sglang3820), nccl-tests CUDA failure (nccltests12), long
@@ -156,9 +157,9 @@ def test_decorated_paste_keeps_root_cause_and_evidence_lines(tmp_path, name, cas
             assert e.text == line, (e.line, line, e.text)
 
 
-# -- the two public pastes that used to be in fixtures/hard/ ----------------------------------------------------------
+# -- the two public pastes of fixtures/hard/ that paste.py makes right -------------------------------------------
 def test_reversed_public_paste_reads_bottom_up_with_file_line_numbers():
-    case = CASES_DIR / "public_verl1096_dup_gpu_reversed" / "log.txt"
+    case = HARD_DIR / "public_verl1096_dup_gpu_reversed" / "log.txt"
     lines = case.read_text().splitlines()
     d = analyze([str(case)], workers=1)
     assert d.root_cause.id == "duplicate_gpu"
@@ -168,7 +169,7 @@ def test_reversed_public_paste_reads_bottom_up_with_file_line_numbers():
 
 
 def test_hard_wrapped_public_paste_is_rejoined():
-    case = CASES_DIR / "public2_openr1620_wrapped_watchdog" / "log.txt"
+    case = HARD_DIR / "public2_openr1620_wrapped_watchdog" / "log.txt"
     lines = case.read_text().splitlines()
     plan = paste.plan_for(lines)
     assert plan is not None and plan.wrap
