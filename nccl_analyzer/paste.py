@@ -11,8 +11,7 @@ A plan yields ``(lineno, text, raw, truncated)``: ``text`` is what the grammars 
 it is in the file (evidence quotes it), ``lineno`` its number in the file. Decoration lines (fences, tags) come
 out as blank text (they end a block, as a blank line would); elisions are dropped so a traceback cut by
 ``[...]`` stays one block; a hard-wrapped line and its continuations come out once, under the first line's
-number (its ``raw`` is that first line as it is in the file with the rest of the message appended); a line
-that holds two ranks' output comes out once per part, both under its number.
+number (its ``raw`` is that first line as it is in the file); a line that holds two ranks' output comes out once per part, both under its number.
 """
 from __future__ import annotations
 
@@ -81,7 +80,7 @@ _RECORD = _Rx(
     r"(?:\[[^\]]{1,40}\] ?)?[\w.-]+:\d+:\d+ (?:\[\d+\] )?|\[(?:rank|default|[A-Za-z_]+)\d+\]:|\[?\d{4}-\d\d-\d\d"
     r"|[IWEF]\d{4} \d\d:|Traceback \(most|  File \"|File \"[^\"]+\", line \d|frame #\d+:|terminate called |  what\(\): "
     r"|\[[IWEF] [\w.]+:\d+\] |[A-Za-z][\w.]*[\d-][\w.-]*: |Exception raised from |[A-Za-z_][\w.]*(?:Error|Exception|Warning|Interrupt|Exit)(?::|$)|NCCL (?:INFO|WARN|version)"
-    r"|Last error:|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)[: ]|\d\d:\d\d:\d\d|[\w./-]+\.(?:cc|cu|h|cpp|c|py):\d+ "
+    r"|Last error:|nccl[A-Z]\w*: |(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)[: ]|\d\d:\d\d:\d\d|[\w./-]+\.(?:cc|cu|h|cpp|c|py):\d+ "
     r"|\s*\d{1,5}: |\*{3} |={3,}|-{3,}|\$ |\(\w+ pid=")
 # Heads that never start indented in a real log: a stray indent in front of them is the paste's.
 _FLUSH_HEADS = _Rx(
@@ -500,10 +499,7 @@ def _rejoin(rows: list[list], width: int) -> list[list]:
         if len(last) == width and out:
             cut = _continuation(last, r[1])
             if cut is not None:
-                # the evidence quotes the first line as it is in the file, with the rest of the message after it
-                # (rules read the whole message: "... insufficient for CUDA runtime" / " version'")
-                out[-1][1] += r[1][cut:]
-                out[-1][2] += r[1][cut:]
+                out[-1][1] += r[1][cut:]  # the evidence still quotes the first line as it is in the file
                 last = r[1]
                 continue
         out.append(r)
