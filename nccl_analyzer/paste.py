@@ -11,65 +11,95 @@ A plan yields ``(lineno, text, raw, truncated)``: ``text`` is what the grammars 
 it is in the file (evidence quotes it), ``lineno`` its number in the file. Decoration lines (fences, tags) come
 out as blank text (they end a block, as a blank line would); elisions are dropped so a traceback cut by
 ``[...]`` stays one block; a hard-wrapped line and its continuations come out once, under the first line's
-number (its ``raw`` is that first line as it is in the file with the rest of the message appended); a line
-that holds two ranks' output comes out once per part, both under its number.
+number (its ``raw`` is that first line as it is in the file); a line that holds two ranks' output comes out once per part, both under its number.
 """
 from __future__ import annotations
 
-import html
 import itertools
 import re
+from operator import itemgetter
 from dataclasses import dataclass
 from typing import Iterable, Iterator
+
+class _Rx:
+    """A regex compiled on first use: most runs read raw logs and never need most of these, and compiling them all
+    at import would add to every run's start-up."""
+
+    __slots__ = ("pattern", "flags", "_rx")
+
+    def __init__(self, pattern: str, flags: int = 0):
+        self.pattern, self.flags, self._rx = pattern, flags, None
+
+    def get(self) -> re.Pattern:
+        rx = self._rx
+        if rx is None:
+            rx = self._rx = re.compile(self.pattern, self.flags)
+        return rx
+
+    def match(self, *args):
+        return self.get().match(*args)
+
+    def fullmatch(self, *args):
+        return self.get().fullmatch(*args)
+
+    def search(self, *args):
+        return self.get().search(*args)
+
+    def finditer(self, *args):
+        return self.get().finditer(*args)
+
+    def sub(self, *args, **kwargs):
+        return self.get().sub(*args, **kwargs)
+
 
 #: Bytes of a source's head looked at to decide whether it is a paste.
 SAMPLE_BYTES = 64 * 1024
 #: A paste is normalised in windows of this many lines (reversal and wrap width are per window).
 WINDOW_LINES = 200_000
 
-_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
-_CTRL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_ANSI = _Rx(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+_CTRL = _Rx(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
-_FENCE = re.compile(r"[ \t]*(?:`{3,}|~{3,})[ \t]*[\w+.#-]*[ \t]*$")
+_FENCE = _Rx(r"[ \t]*(?:`{3,}|~{3,})[ \t]*[\w+.#-]*[ \t]*$")
 # HTML a Markdown renderer keeps: <details>, <summary>...</summary>, <pre>, <code>, <br>, <p>, <blockquote>.
 _TAGS = r"</?(?:details|summary|pre|code|br|p|blockquote|div|span|tt|samp|kbd)\b[^<>]*>"
-_LEAD_TAGS = re.compile(r"[ \t]*(?:(?:" + _TAGS + r")[ \t]*)+")
-_SUMMARY = re.compile(r"[ \t]*(?:<details\b[^<>]*>[ \t]*)?<summary\b[^<>]*>.*?</summary>[ \t]*", re.I)
-_TRAIL_TAGS = re.compile(r"(?:[ \t]*(?:" + _TAGS + r"))+[ \t]*$", re.I)
-_QUOTE = re.compile(r"(?:[ \t]{0,3}>(?: |$|(?=>)))+")
+_LEAD_TAGS = _Rx(r"[ \t]*(?:(?:" + _TAGS + r")[ \t]*)+")
+_SUMMARY = _Rx(r"[ \t]*(?:<details\b[^<>]*>[ \t]*)?<summary\b[^<>]*>.*?</summary>[ \t]*", re.I)
+_TRAIL_TAGS = _Rx(r"(?:[ \t]*(?:" + _TAGS + r"))+[ \t]*$", re.I)
+_QUOTE = _Rx(r"(?:[ \t]{0,3}>(?: |$|(?=>)))+")
 # A gutter: "12 | text", "12| text", "  12: text", "12<TAB>text" (the number is checked to count up).
-_GUTTER = re.compile(r"[ \t]*(\d{1,7})(?: ?\| ?|: |:$|\t| ?│ ?)")
-_ELISION = re.compile(
+_GUTTER = _Rx(r"[ \t]*(\d{1,7})(?: ?\| ?|: |:$|\t| ?│ ?)")
+_ELISION = _Rx(
     r"[ \t]*(?:\[\s*(?:\.{3,}|…|snip(?:ped)?|truncated|omitted|cut|more|\.\.\. ?\d+ (?:more )?lines?[\w ]*)[^\]]{0,40}\]"
     r"|\.{3,}|…|<\s*(?:snip(?:ped)?|\.{3,}|…)\s*>|\(\s*(?:\.{3,}|…|snip(?:ped)?)\s*\)|--\s*snip\s*--"
     r"|\.{3,} ?\(?\d+ (?:more )?lines? (?:omitted|removed|skipped|truncated)\)?)[ \t]*$", re.I)
-_AUTOLINK = re.compile(r"\[([^\[\]()\s]+)\]\((?:https?://)?([^()\s]+?)/?\)")
+_AUTOLINK = _Rx(r"\[([^\[\]()\s]+)\]\((?:https?://)?([^()\s]+?)/?\)")
 
 # What starts a log record (after the paste decorations are gone): a wrapped line's continuation never does.
-_RECORD = re.compile(
+_RECORD = _Rx(
     r"(?:\[[^\]]{1,40}\] ?)?[\w.-]+:\d+:\d+ (?:\[\d+\] )?|\[(?:rank|default|[A-Za-z_]+)\d+\]:|\[?\d{4}-\d\d-\d\d"
     r"|[IWEF]\d{4} \d\d:|Traceback \(most|  File \"|File \"[^\"]+\", line \d|frame #\d+:|terminate called |  what\(\): "
     r"|\[[IWEF] [\w.]+:\d+\] |[A-Za-z][\w.]*[\d-][\w.-]*: |Exception raised from |[A-Za-z_][\w.]*(?:Error|Exception|Warning|Interrupt|Exit)(?::|$)|NCCL (?:INFO|WARN|version)"
-    r"|Last error:|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)[: ]|\d\d:\d\d:\d\d|[\w./-]+\.(?:cc|cu|h|cpp|c|py):\d+ "
+    r"|Last error:|nccl[A-Z]\w*: |(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)[: ]|\d\d:\d\d:\d\d|[\w./-]+\.(?:cc|cu|h|cpp|c|py):\d+ "
     r"|\s*\d{1,5}: |\*{3} |={3,}|-{3,}|\$ |\(\w+ pid=")
 # Heads that never start indented in a real log: a stray indent in front of them is the paste's.
-_FLUSH_HEADS = re.compile(
+_FLUSH_HEADS = _Rx(
     r"[ \t]+(?=Last error:|Traceback \(most recent call last\):|NCCL (?:INFO|WARN) |\[rank\d+\]:|\[default\d+\]:"
     r"|terminate called |[\w.-]+:\d+:\d+ \[\d+\] NCCL |[IWEF]\d{4} \d\d:\d\d:\d\d)")
-_TRACE = re.compile(r"NCCL INFO \S+:\d+(?: \(\w+\))? -> \d")
-_EXC = re.compile(r"[\w.]*(?:Error|Exception|Interrupt)(?::|$)")
-_FRAME = re.compile(r"\s*File \"[^\"]*\", line \d+")
+_TRACE = _Rx(r"NCCL INFO \S+:\d+(?: \(\w+\))? -> \d")
+_EXC = _Rx(r"[\w.]*(?:Error|Exception|Interrupt)(?::|$)")
+_FRAME = _Rx(r"\s*File \"[^\"]*\", line \d+")
 # ncclResult_t names as torch prints them before "Last error:" (the detail after it may start "ncclSocketInit: ").
-_NCCL_RESULT = re.compile(r"nccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument|InvalidUsage"
+_NCCL_RESULT = _Rx(r"nccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument|InvalidUsage"
                           r"|RemoteError|InProgress|Timeout): ")
 # An ISO date-time or a glog "I1201 13:53:17.123" head; compared as text (one paste uses one format).
-_TIME = re.compile(r"(?:\d{4}-\d\d-\d\d[ T_]|(?<!\w)[IWEF]\d{4} )\d\d:\d\d:\d\d(?:[.,]\d+)?")
+_TIME = _Rx(r"(?:\d{4}-\d\d-\d\d[ T_]|(?<!\w)[IWEF]\d{4} )\d\d:\d\d:\d\d(?:[.,]\d+)?")
 # A second record glued into a line: another rank's "[rankN]:" or another process's NCCL prefix.
-_GLUED_RANK = re.compile(r"\[rank\d+\]:")
-_TWO_NCCL = re.compile(r" NCCL (?:INFO|WARN) [^\n]* NCCL (?:INFO|WARN) ")
+_GLUED_RANK = _Rx(r"\[rank\d+\]:")
+_TWO_NCCL = _Rx(r" NCCL (?:INFO|WARN) [^\n]* NCCL (?:INFO|WARN) ")
 # Launcher prefixes outside the job's own text (sources.py strips them): kubectl time, srun label, torchrun tag.
-_K8S_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d) ")
-_LAUNCH = re.compile(r"(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d) )?(?: {0,4}\d{1,5}: )?"
+_K8S_TIME = _Rx(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d) ")
+_LAUNCH = _Rx(r"(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d) )?(?: {0,4}\d{1,5}: )?"
                      r"(?:\[[A-Za-z_][\w-]*?\d+(?:\|\d+)?\]:)?(?:\[rank\d+\]: ?)?")
 #: Terminal / viewer widths a hard wrap is believed at even when only two lines show it.
 _WIDTHS = frozenset((80, 100, 120, 132, 160, 200))
@@ -91,6 +121,7 @@ class Plan:
     glued: bool = False
     wrap: bool = False
     stray: bool = False
+    width: int = 0  # the width a hard wrap cut lines at
     hosts: frozenset[str] = frozenset()  # NCCL host names seen at line starts (where a glued head begins)
     count: int = 0  # lines read so far (sources.iter_source reports it as the source's line count)
 
@@ -120,7 +151,7 @@ class Plan:
         if _reversed(rows):
             rows.reverse()
         if self.wrap:
-            rows = _rejoin(rows)
+            rows = _rejoin(rows, self.width)
         for lineno, text, raw, truncated, _ in rows:
             if self.glued and len(text) > 8:
                 parts = _unglue(text, self.hosts)
@@ -154,7 +185,7 @@ class Plan:
                 r[1], r[4] = "", 1
                 continue
             if self.html and "&" in s:
-                s = html.unescape(s)
+                s = _unescape(s)
             if self.links and "](" in s:
                 s = _AUTOLINK.sub(_unlink, s)
             r[1] = s
@@ -174,6 +205,24 @@ class Plan:
                 m = _FLUSH_HEADS.match(s, cut)
                 if m:
                     r[1] = s[:cut] + s[m.end():]
+
+
+_FIRST = itemgetter(0)
+
+
+def _unescape(s: str) -> str:
+    import html  # only pastes need it (html.entities is a large table to import)
+
+    return html.unescape(s)
+
+
+def _head_time(s: str) -> str | None:
+    """The time a line starts with (ISO, bracketed ISO, glog), as comparable text; None without one."""
+    if s[4:5] == "-" and s[:4].isdigit() or s[:1] == "[" and s[5:6] == "-" \
+            or s[:1] in "IWEF" and s[1:5].isdigit() and s[5:6] == " ":
+        m = _TIME.search(s, 0, 48)
+        return m.group(0).lstrip("IWEF") if m else None
+    return None
 
 
 def _printable(s: str) -> str:
@@ -197,22 +246,25 @@ def _unlink(m: re.Match) -> str:
     return text if target.rstrip("/") == text.rstrip("/") else m.group(0)
 
 
-def detect(items: Iterable[tuple[str, bool]]) -> tuple[Iterator[tuple[str, bool]], Plan | None]:
-    """Read a source's head, decide whether it is a paste; the items come back whole (head replayed).
+def detect(items: Iterable[tuple[str, bool]]) -> tuple[list[tuple[str, bool]], Iterator[tuple[str, bool]], Plan | None]:
+    """Read a source's head (about ``SAMPLE_BYTES``) and decide whether it is a paste.
 
     Returns:
-        (all items, a Plan) for a paste, (all items, None) for a raw log.
+        (the head's items, the iterator of the rest, a Plan or None for a raw log).
     """
     it = iter(items)
     head: list[tuple[str, bool]] = []
+    lines: list[str] = []
     size = 0
-    for item in it:
-        head.append(item)
-        size += len(item[0]) + 1
-        if size >= SAMPLE_BYTES:
+    while size < SAMPLE_BYTES:  # whole chunks of lines, taken and measured in C
+        chunk = list(itertools.islice(it, 128))
+        if not chunk:
             break
-    plan = plan_for([s for s, _ in head])
-    return itertools.chain(head, it), plan
+        head += chunk
+        texts = list(map(_FIRST, chunk))
+        lines += texts
+        size += len("\n".join(texts)) + 1
+    return head, it, plan_for(lines)
 
 
 def plan_for(lines: list[str]) -> Plan | None:
@@ -229,18 +281,18 @@ def plan_for(lines: list[str]) -> Plan | None:
         lines = [_printable(s) for s in lines]
         text = "\n".join(lines)
     near = text[:_CLOSE_BYTES]
+    starts = set(map(_FIRST, filter(None, lines[:128])))  # the first characters of the first lines
     plan = Plan()
     if text.find("`") >= 0 and "```" in text or text.find("~") >= 0 and "~~~" in text:
         plan.fences = any(_FENCE.match(s) for s in lines if "``" in s or "~~" in s)
     if text.find("&") >= 0:
         plan.html = "&lt;" in text or "&gt;" in text or "&quot;" in text and '"' not in text \
             or ("&#39;" in text or "&#x27;" in text) and "'" not in text
-    if plan.fences or plan.html or "</" in near:
+    if plan.fences or plan.html or "<" in starts:
         low = text.lower()
         plan.tags = any(t in low for t in _TAG_MARKS)
-    plan.links = "](http" in near and _AUTOLINK.search(text) is not None
     nonempty: list[str] | None = None
-    if text[:1] == ">" or "\n>" in near or "\n >" in near:
+    if ">" in starts or " " in starts and "\n >" in near:
         nonempty = [s for s in lines if s.strip()]
         quoted = sum(1 for s in nonempty if s.lstrip(" \t")[:1] == ">")
         plan.quotes = quoted == len(nonempty) or quoted >= 2 and (quoted * 5 >= len(nonempty) or ">>" in text)
@@ -252,28 +304,49 @@ def plan_for(lines: list[str]) -> Plan | None:
     if first[:1].isdigit() or first[:1] in " \t" and first.lstrip()[:1].isdigit():
         nonempty = nonempty or [s for s in lines if s.strip()]
         plan.gutter = _has_gutter(nonempty)
-    if text.find("\u2026") >= 0 or "\n..." in near or "[..." in near or "snip" in near:
-        plan.elisions = any(_ELISION.match(s) for s in lines if len(s) < 48 and ("." in s or "\u2026" in s or "snip" in s))
-    if "]:[rank" in near and _RANK_RANK.search(text):
-        plan.glued = True
+    # GitHub's auto-links ("[net_ib.cc:101](http://net_ib.cc:101/)") are made in rendered text: quoted or plain
+    plan.links = (plan.quotes or plan.indent) and "](http" in near and _AUTOLINK.search(text) is not None
+    if text.find("\u2026") >= 0 or "." in starts or "<" in starts or "[" in starts and "\n[..." in near \
+            or " " in starts and ("\n ..." in near or "\n [..." in near):
+        plan.elisions = any(_ELISION.match(s) for s in lines
+                            if len(s) < 48 and ("." in s or "\u2026" in s or "snip" in s))
+    if "[" in starts and "]:[rank" in near:
+        plan.glued = _rank_rank(near)
     # a stray indent before "Last error:" (GitHub keeps one leading space of a re-flowed traceback)
-    plan.stray = "\n Last error:" in near or text.startswith(" Last error:")
+    plan.stray = " " in starts and "\n Last error:" in near or text.startswith(" Last error:")
     decorated = plan.fences or plan.tags or plan.html or plan.quotes or plan.indent or plan.gutter or plan.links \
         or plan.stray
     if decorated or plan.glued:
         # a paste may also hold another process's NCCL line written into an unfinished one
         plan.hosts = frozenset(m.group(1) for m in map(_LINE_HOST.match, lines) if m)
         plan.glued = plan.glued or any(_unglue(s, plan.hosts) for s in lines if s.count(" NCCL ") > 1)
-    plan.wrap = _wrapped(_content(lines, plan) if decorated else lines)
+    # a hard wrap shows on every screenful: the first lines tell (max/len over a whole sample cost as much as
+    # the rest of this function)
+    plan.width = _wrap_width(_content(lines[:_WRAP_LINES], plan) if decorated else lines[:_WRAP_LINES])
+    plan.wrap = plan.width > 0
     if not (decorated or plan.elisions or plan.glued or plan.wrap or _reversed_text(near, lines)):
         return None
     return plan
 
 
 #: The multi-character tests of ``plan_for`` read only this much of the sample (they cost a pass each).
-_CLOSE_BYTES = 16 * 1024
+_CLOSE_BYTES = 8 * 1024
+#: Lines of the sample that the hard-wrap test reads.
+_WRAP_LINES = 160
 _TAG_MARKS = ("<details", "<summary", "<pre>", "</pre>", "<br>", "<br/>", "</code>", "<blockquote")
-_RANK_RANK = re.compile(r"\[rank\d+\]: ?\[rank\d+\]:")
+
+
+def _rank_rank(text: str) -> bool:
+    """ "[rank1]:[rank0]: ..." somewhere: one rank's prefix with another rank's record glued right behind it."""
+    p = text.find("]:[rank")
+    for _ in range(64):
+        if p < 0:
+            return False
+        q = text.rfind("[rank", max(0, p - 12), p)
+        if q >= 0 and text[q + 5:p].isdigit():
+            return True
+        p = text.find("]:[rank", p + 1)
+    return False
 
 
 def _first_nonempty(lines: list[str]) -> str:
@@ -373,20 +446,21 @@ def _common_ws(block: list[str]) -> str:
     return lead if (len(lead) >= 2 or "\t" in lead) else ""
 
 
-def _wrapped(lines: list[str]) -> bool:
-    """Lines cut at one width: several lines exactly as long as the longest, mostly followed by a non-record."""
+def _wrap_width(lines: list[str]) -> int:
+    """The width lines were cut at: several lines exactly as long as the longest, mostly followed by a
+    non-record; 0 if none."""
     if len(lines) < 2:
-        return False
+        return 0
     lengths = list(map(len, lines))
     width = max(lengths)
     if width < 60:
-        return False
+        return 0
     hits = lengths.count(width) - (lengths[-1] == width)
     if hits < (1 if width in _WIDTHS else 3):
-        return False
+        return 0
     at: list[int] = []
     i = -1
-    while len(at) < 16:
+    while len(at) < 8:
         try:
             i = lengths.index(width, i + 1, len(lengths) - 1)
         except ValueError:
@@ -394,7 +468,7 @@ def _wrapped(lines: list[str]) -> bool:
         at.append(i)
     cont = sum(1 for i in at if _continuation(lines[i], lines[i + 1]) is not None)
     # at a usual terminal width one wrapped line is enough; at another width, most of several
-    return cont * 2 >= len(at) if hits < 3 else cont * 2 > len(at)
+    return width if (cont * 2 >= len(at) if hits < 3 else cont * 2 > len(at)) else 0
 
 
 def _continues(s: str) -> bool:
@@ -408,6 +482,8 @@ def _continuation(prev: str, nxt: str) -> int | None:
     (rich, loguru at 80 columns) wraps before torchrun --tee / srun --label / kubectl add theirs, so each piece
     has the same prefix as the one before (a kubectl time may differ): then the rest starts after it.
     """
+    if nxt[:12] == prev[:12] or not nxt:
+        return None  # the same head again ("node5:240:240 [6] NCCL INFO ..."): the next record of one process
     cut = _LAUNCH.match(nxt).end()
     if cut:
         head = _LAUNCH.match(prev).end()
@@ -416,18 +492,14 @@ def _continuation(prev: str, nxt: str) -> int | None:
     return cut if _continues(nxt[cut:]) else None
 
 
-def _rejoin(rows: list[list]) -> list[list]:
-    width = max((len(r[1]) for r in rows), default=0)
+def _rejoin(rows: list[list], width: int) -> list[list]:
     out: list[list] = []
     last = ""  # the physical line the joined row ends with
     for r in rows:
         if len(last) == width and out:
             cut = _continuation(last, r[1])
             if cut is not None:
-                # the evidence quotes the first line as it is in the file, with the rest of the message after it
-                # (rules read the whole message: "... insufficient for CUDA runtime" / " version'")
-                out[-1][1] += r[1][cut:]
-                out[-1][2] += r[1][cut:]
+                out[-1][1] += r[1][cut:]  # the evidence still quotes the first line as it is in the file
                 last = r[1]
                 continue
         out.append(r)
@@ -473,9 +545,9 @@ def _unglue(text: str, hosts: frozenset[str] = frozenset()) -> list[str] | None:
     return [p for p in parts if p.strip() and not _RANK_ONLY.fullmatch(p.strip())]
 
 
-_RANK_ONLY = re.compile(r"\[rank\d+\]:")
-_HEAD_BEFORE = re.compile(r"([\w.-]+):\d+:\d+ \[\d+\](?: [^\s:()]+:\d+(?: \([^()\s]*\))?)?$")
-_LINE_HOST = re.compile(r"(?:\[[^\]]{1,40}\] ?)?([A-Za-z][\w.-]*):\d+:\d+ \[\d+\] NCCL ")
+_RANK_ONLY = _Rx(r"\[rank\d+\]:")
+_HEAD_BEFORE = _Rx(r"([\w.-]+):\d+:\d+ \[\d+\](?: [^\s:()]+:\d+(?: \([^()\s]*\))?)?$")
+_LINE_HOST = _Rx(r"(?:\[[^\]]{1,40}\] ?)?([A-Za-z][\w.-]*):\d+:\d+ \[\d+\] NCCL ")
 
 
 def _reversed_text(text: str, lines: list[str]) -> bool:
@@ -483,11 +555,11 @@ def _reversed_text(text: str, lines: list[str]) -> bool:
     if _reversal_hint(text):
         return _reversed([[i, s, s, False, 0] for i, s in enumerate(lines, 1)])
     # only times to go by (at a line's head): look closer only if the first one is later than the last one
-    first = next(filter(None, (_TIME.search(s[:48]) for s in lines[:4])), None)
+    first = next(filter(None, map(_head_time, lines[:4])), None)
     if first is None:
         return False
-    last = next(filter(None, (_TIME.search(s[:48]) for s in reversed(lines[-4:]))), None)
-    if last is None or last.group(0).lstrip("IWEF") >= first.group(0).lstrip("IWEF"):
+    last = next(filter(None, map(_head_time, reversed(lines[-4:]))), None)
+    if last is None or last >= first:
         return False
     return _reversed([[i, s, s, False, 0] for i, s in enumerate(lines, 1)])
 
@@ -532,7 +604,7 @@ def _reversal_hint(text: str) -> bool:
     return False
 
 
-_WRAPPER = re.compile(r"\s*(?:\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d) )?(?:\[[\w|.-]+\]: ?|\d{1,5}: )*")
+_WRAPPER = _Rx(r"\s*(?:\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d) )?(?:\[[\w|.-]+\]: ?|\d{1,5}: )*")
 
 
 def _unwrap(s: str) -> str:
@@ -576,10 +648,9 @@ def _reversed(rows: list[list]) -> bool:
     prev = None
     up = down = 0
     for s in texts:
-        m = _TIME.search(s[:48])
-        if m is None:
+        key = _head_time(s)
+        if key is None:
             continue
-        key = m.group(0).lstrip("IWEF")
         if prev is not None:
             if key > prev:
                 up += 1

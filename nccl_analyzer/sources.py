@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import glob
 import gzip
+import itertools
 import os
 import re
 import sys
@@ -504,19 +505,20 @@ def iter_source(src: Source) -> Iterator[Line]:
     stream = open_binary(src)
     lineno = 0
     try:
-        items, plan = paste.detect(read_text_lines(stream, src))
+        head, rest, plan = paste.detect(read_text_lines(stream, src))
         if plan is not None:
             # A pasted log (indented, quoted, fenced, wrapped, reversed, ...): paste.py undoes that; the line
             # keeps its number and its text as in the file for the evidence.
-            for lineno, s, raw, truncated in plan.normalise(items):
+            for lineno, s, raw, truncated in plan.normalise(itertools.chain(head, rest)):
                 line = clean_text(s, src, lineno, truncated)
                 line.raw = raw
                 yield line
             lineno = plan.count
-            items = ()
-        for s, truncated in items:
-            lineno += 1
-            yield clean_text(s, src, lineno, truncated)
+            head = rest = ()
+        for items in (head, rest):  # the rest straight from the reader (a chain would cost ~1% per line)
+            for s, truncated in items:
+                lineno += 1
+                yield clean_text(s, src, lineno, truncated)
     finally:
         if src.real is not None:
             stream.close()
