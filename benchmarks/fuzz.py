@@ -311,8 +311,10 @@ def cache_rules() -> None:
     analysis.load_rules = load_rules
 
 
-def fuzz(n: int, seed: int, crash_dir: Path, report_every: int = 1000, time_limit: float | None = None) -> dict:
-    """Run ``n`` inputs; return counts (inputs, crashes, per status, seconds)."""
+def fuzz(n: int, seed: int, crash_dir: Path, report_every: int = 1000, time_limit: float | None = None,
+         start: int = 0) -> dict:
+    """Run inputs ``start + 1`` to ``n`` of the sequence ``seed`` gives; return counts (inputs, crashes, per status,
+    seconds). ``start`` resumes a long run: the inputs before it are generated (same sequence) but not run."""
     from click.testing import CliRunner
 
     cache_rules()
@@ -320,11 +322,13 @@ def fuzz(n: int, seed: int, crash_dir: Path, report_every: int = 1000, time_limi
     rng = random.Random(seed)
     runner = CliRunner()
     crashes = 0
-    status: dict[int, int] = {}
-    start = time.monotonic()
+    status: dict = {}
+    t0 = time.monotonic()
     signatures: dict[str, int] = {}
     with tempfile.TemporaryDirectory(prefix="nccl-fuzz-") as tmp:
-        for i in range(1, n + 1):
+        for _ in range(start):
+            rng.getrandbits(64)
+        for i in range(start + 1, n + 1):
             inp = make_input(random.Random(rng.getrandbits(64)), seeds)
             out = run_input(inp, Path(tmp) / "in", runner)
             status[out.status] = status.get(out.status, 0) + 1
@@ -336,15 +340,19 @@ def fuzz(n: int, seed: int, crash_dir: Path, report_every: int = 1000, time_limi
                     where = save_crash(inp, out, crash_dir, i)
                     print(f"[{i}] CRASH {sig} -> {where}", flush=True)
             if report_every and i % report_every == 0:
-                el = time.monotonic() - start
-                print(f"[{i}/{n}] {crashes} crash(es), {i / el:.1f} inputs/s, status {dict(sorted(status.items()))}",
+                el = time.monotonic() - t0
+                print(f"[{i}/{n}] {crashes} crash(es), {(i - start) / el:.1f} inputs/s, status {_status(status)}",
                       flush=True)
-            if time_limit and time.monotonic() - start > time_limit:
+            if time_limit and time.monotonic() - t0 > time_limit:
                 n = i
                 break
-    return {"inputs": n, "crashes": crashes, "status": dict(sorted(status.items())),
-            "seconds": round(time.monotonic() - start, 1), "seed": seed, "seeds": len(seeds),
+    return {"inputs": n - start, "first": start + 1, "crashes": crashes, "status": _status(status),
+            "seconds": round(time.monotonic() - t0, 1), "seed": seed, "seeds": len(seeds),
             "signatures": signatures}
+
+
+def _status(status: dict) -> dict:
+    return {str(k): v for k, v in sorted(status.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))}
 
 
 def replay(path: Path) -> Outcome:
@@ -361,17 +369,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--crash-dir", type=Path, default=Path("fuzz-crashes"))
     ap.add_argument("--report-every", type=int, default=1000)
     ap.add_argument("--time-limit", type=float, default=None, help="stop after this many seconds")
+    ap.add_argument("--start", type=int, default=0, help="resume a run: skip (generate, not run) the first START inputs")
     ap.add_argument("--replay", type=Path, help="re-run one saved crash folder and print what happens")
     args = ap.parse_args(argv)
     if args.replay:
         out = replay(args.replay)
         print("ok" if out.ok else f"CRASH (status {out.status}): {out.problem}")
         return 0 if out.ok else 1
-    res = fuzz(args.n, args.seed, args.crash_dir, args.report_every, args.time_limit)
+    res = fuzz(args.n, args.seed, args.crash_dir, args.report_every, args.time_limit, args.start)
     print(json.dumps({k: v for k, v in res.items() if k != "signatures"}))
     for sig, count in sorted(res["signatures"].items(), key=lambda kv: -kv[1]):
         print(f"  {count:6d}  {sig}")
-    print(f"{res['inputs']} inputs, {res['crashes']} crash(es) in {res['seconds']} s (seed {res['seed']})")
+    print(f"{res['inputs']} inputs (#{res['first']}-#{res['first'] + res['inputs'] - 1}), {res['crashes']} crash(es) "
+          f"in {res['seconds']} s (seed {res['seed']})")
     return 1 if res["crashes"] else 0
 
 

@@ -145,7 +145,8 @@ _IBDEV_RE = re.compile(r"\[(?P<idx>\d+)\](?P<name>[^:\s]+)(?::(?P<port>\d+))?(?:
 _TREE_ENTRY_RE = re.compile(r"\[(\d+)\] ([-\d/]+)->(-?\d+)->([-\d/]+)")
 _PXN_GDR_RE = re.compile(r"PXN (\d+) GDR (\d+)")
 # NCCL prints socket addresses as "addr<port>" (IPv4, IPv6 with %scope, or a host name).
-_PEER_RE = re.compile(r"([^\s<>(),;]+<\d+>)")
+# Bounded: an unbounded run before "<" is quadratic on a 64 KiB line without spaces (found by benchmarks/fuzz.py).
+_PEER_RE = re.compile(r"([^\s<>(),;]{1,256}<\d+>)")
 _RAS_TIMEOUT_RE = re.compile(r"(keep-alive|init) timeout (error|warning) \((\d+)s\)")
 
 
@@ -635,9 +636,13 @@ def _file_family(path: str) -> str | None:
     return None
 
 
+_FIELD_TEXT = 4096
+
+
 def _warn_fields(family: str, body: str) -> dict[str, Any]:
     """Family fields read from a WARN text that the grammar does not type."""
     fields: dict[str, Any] = {}
+    body = body[:_FIELD_TEXT]  # real WARN texts are short; a cut 64 KiB line must not cost minutes of regex
     m = _PEER_RE.search(body)
     if m:
         fields["peer"] = m[1]
