@@ -370,3 +370,29 @@ def test_root_evidence_adds_the_corroborating_rules_first_lines():
     own = list(by_rule["nccl-duplicate-gpu"].evidence)
     extra = [e for e in by_rule["nccl-busid-shared"].evidence[:2] if e not in own]
     assert extra and list(d.root_cause.evidence) == (own + extra)[:6]
+
+
+@pytest.mark.parametrize("victims,story", [
+    ((0,), " The failure started on rank 3. Rank 0 then failed as a consequence (watchdog_timeout); those are "
+           "cascade, not causes."),
+    ((0, 1), " The failure started on rank 3. Ranks 0, 1 then failed as a consequence (watchdog_timeout); those "
+             "are cascade, not causes."),
+], ids=["one_victim", "two_victims"])
+def test_story_singular_and_plural(victims, story):
+    _, rc = _verdict(TRACEBACK_R3 + "".join(_watchdog(r, 8, 11 + r) for r in victims))
+    assert rc.explanation.endswith(story), rc.explanation[-200:]
+
+
+def test_consequences_on_the_culprits_own_ranks_are_symptoms():
+    # 04_duplicate_gpu (ranks 0 and 1 share a GPU): torchrun's teardown of rank 0 and its summary of ranks 0-1
+    # happen on the culprit ranks themselves: symptoms, not cascade; the story says the rest follows from it.
+    from nccl_analyzer.analysis import analyze
+
+    d = analyze([str(ROOT / "fixtures" / "h200-nccl-2.28.9" / "04_duplicate_gpu")])
+    rc = d.root_cause
+    assert rc.ranks == (0, 1)
+    roles = {f.rule: (f.role, f.ranks) for f in d.findings}
+    assert roles["elastic-sigterm-teardown"] == ("symptom", (0,))      # a subset of the culprit ranks
+    assert roles["elastic-child-failed"] == ("symptom", (0, 1))       # exactly the culprit ranks
+    assert rc.explanation.endswith(" The failure started on ranks 0, 1 (vm). The other errors in the log "
+                                   "(invalid_usage, other, peer_exit) follow from it."), rc.explanation[-200:]
