@@ -17,6 +17,7 @@ from . import procs
 from .errors import AnalyzerError
 from .live import (CHECK_INTERVAL, CHUNK, LineSplitter, LiveAnalysis, TextOut, _make_analyzer, _PassThrough,
                    format_final)
+from .flight.events import discover
 from .sources import Source
 
 #: What ``launch`` adds to the job's environment unless the variable is set already (even to "").
@@ -119,6 +120,7 @@ def run(command: list[str] | tuple[str, ...], *, log_dir: str | os.PathLike | No
     analyzer.add_sources([src])
     live = LiveAnalysis(analyzer, err, color=color, note="provisional: the job is still running")
     started = time.monotonic()
+    wall_start = time.time()
     with open(out_dir / "job.log", "wb") as log:
         proc = _spawn(argv, env)
         forward = _Forwarder(proc.pid)
@@ -131,6 +133,10 @@ def run(command: list[str] | tuple[str, ...], *, log_dir: str | os.PathLike | No
             raise
     elapsed = time.monotonic() - started
 
+    # the Flight Recorder dumps this job wrote next to job.log (TORCH_FR_DUMP_TEMP_FILE above; found by content,
+    # written since it started: an earlier run's dumps in the same folder are not this job's)
+    analyzer.add_flight_dumps(discover([], [str(p) for p in sorted(out_dir.iterdir()) if p.is_file()
+                                           and p.name != "job.log" and p.stat().st_mtime >= wall_start - 1]))
     diagnosis = live.finish()
     written = _write_reports(diagnosis, out_dir, shown_dir, fmt, html_path, err)
     err.text(format_final(diagnosis, live.lines, verbose=verbose, color=color))

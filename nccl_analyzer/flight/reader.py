@@ -59,7 +59,8 @@ class Frame:
         return f"{self.filename}:{self.line}"
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a frozen __init__ costs ~5x more and a dump has thousands of entries (treat it as immutable).
+@dataclass(slots=True)
 class Entry:
     """One recorded collective / p2p op of one rank (the keys of ``getCollectiveTrace``)."""
 
@@ -218,9 +219,10 @@ def _to_dump(raw: Any, path: str, rank: int | None, kind: str) -> Dump:
     if len(entries_raw) > MAX_ENTRIES:
         warnings.append(f"{len(entries_raw)} entries: only the last {MAX_ENTRIES} were read")
         entries_raw = entries_raw[-MAX_ENTRIES:]
+    cache: dict[tuple, Frame] = {}
     for i, e in enumerate(entries_raw, 1):
         try:
-            entries.append(_entry(e, i))
+            entries.append(_entry(e, i, cache))
         except (KeyError, TypeError, ValueError):
             bad += 1
     if bad:
@@ -231,7 +233,22 @@ def _to_dump(raw: Any, path: str, rank: int | None, kind: str) -> Dump:
                 entries=entries, warnings=warnings)
 
 
-def _entry(e: Any, index: int) -> Entry:
+def _frames(raw: Any, cache: dict[tuple, Frame]) -> tuple[Frame, ...]:
+    """Frames of one entry; equal frames (every entry of a training loop shares most of them) are one object."""
+    if not isinstance(raw, list):
+        return ()
+    out = []
+    for f in raw:
+        if isinstance(f, dict):
+            key = (f.get("name"), f.get("filename"), f.get("line"))
+            fr = cache.get(key)
+            if fr is None:
+                fr = cache[key] = Frame(name=_str(key[0]), filename=_str(key[1]), line=_int(key[2]) or 0)
+            out.append(fr)
+    return tuple(out)
+
+
+def _entry(e: Any, index: int, cache: dict[tuple, Frame]) -> Entry:
     if not isinstance(e, dict):
         raise TypeError("entry")
     pg = e.get("process_group", ("", ""))
@@ -245,8 +262,7 @@ def _entry(e: Any, index: int) -> Entry:
     name = e["profiling_name"]
     if not isinstance(name, str):
         raise TypeError("profiling_name")
-    frames = tuple(Frame(name=_str(f.get("name")), filename=_str(f.get("filename")), line=_int(f.get("line")) or 0)
-                   for f in e.get("frames") or () if isinstance(f, dict))
+    frames = _frames(e.get("frames"), cache)
     duration = e.get("duration_ms")
     return Entry(
         index=index, record_id=_int(e.get("record_id"), index - 1), pg_id=_int(e.get("pg_id"), 0),
@@ -289,7 +305,7 @@ def _pg_status(raw: Any) -> dict[str, dict[str, int]]:
 def _sizes(raw: Any) -> tuple:
     if not isinstance(raw, (list, tuple)):
         return ()
-    return tuple(tuple(int(d) for d in s if isinstance(d, int)) for s in raw if isinstance(s, (list, tuple)))
+    return tuple(tuple(d for d in s if type(d) is int) for s in raw if isinstance(s, (list, tuple)))
 
 
 def _strs(raw: Any) -> tuple[str, ...]:
@@ -301,6 +317,8 @@ def _str(v: Any) -> str:
 
 
 def _int(v: Any, default: int | None = None) -> int | None:
+    if type(v) is int:
+        return v
     if isinstance(v, bool):
         return int(v)
     if isinstance(v, int):
