@@ -61,6 +61,12 @@ INFO_STAGE: tuple[tuple[str, Stage, str | None], ...] = (
     ("Connected collnet", Stage.CONNECTED, "COLLNET"),
     ("Setting affinity for GPU", Stage.TOPOLOGY, None),
 )
+#: INFO texts known by a fragment inside them rather than their start.
+INFO_FRAGMENT_STAGE: tuple[tuple[str, Stage, str | None], ...] = (
+    # NCCL 2.4-2.6 initTransportsRank, "Using %d threads, Min Comp Cap %d, Trees %s": printed once the ring and
+    # tree connections are set up, just before Init COMPLETE.
+    (" threads, Min Comp Cap ", Stage.CONNECTED, None),
+)
 _ALTERNATE = (Stage.CONNECT, Stage.CONNECTED)
 
 
@@ -90,6 +96,9 @@ def stage_of(ev: Event) -> tuple[Stage, str | None] | None:
             msg = str(ev.fields.get("msg", ""))
             for prefix, s, tr in INFO_STAGE:
                 if msg.startswith(prefix):
+                    return s, tr
+            for frag, s, tr in INFO_FRAGMENT_STAGE:
+                if frag in msg:
                     return s, tr
             return None
         for prefix, s in KIND_PREFIX_STAGE:

@@ -110,12 +110,23 @@ def test_hang_cut_case(case):
 
 
 @pytest.mark.parametrize("case", CUT_CASES, ids=[c.name for c in CUT_CASES])
-def test_same_lines_without_the_job_ending_are_no_hang(case, tmp_path):
+def test_same_lines_without_the_job_ending(case, tmp_path):
+    """A log that just ends while ranks connect is still named (issue 9 section 3: "when a log ends ... with ranks
+    stuck in a stage, name that stage"), by the `-log-ends` variant at a lower confidence, saying the log ends
+    there; stuck anywhere else (bootstrap, topology, after Init COMPLETE) a log that merely stops is no hang."""
+    label = json.loads((case / "label.json").read_text())
     lines = (case / "log.txt").read_text().splitlines()
     cut = lines[:next(i for i, s in enumerate(lines) if "death signal, shutting down workers" in s)]
     assert any("NCCL INFO" in s for s in cut)
+    ended = analyze([str(case)]).root_cause
     d = analyze_text("\n".join(cut) + "\n")
-    assert d.root_cause is None or not d.root_cause.rule.startswith("hang-")
+    if ended.rule in ("hang-p2p-ipc", "hang-shm", "hang-ib", "hang-net-socket"):
+        rc = d.root_cause
+        assert rc is not None and rc.rule == ended.rule + "-log-ends" and rc.id == label["root_cause"]
+        assert rc.confidence < ended.confidence and "the log ends there" in rc.title
+        assert rc.ranks == ended.ranks
+    else:
+        assert d.root_cause is None or not d.root_cause.rule.startswith("hang-")
 
 
 def test_ranks_behind_are_named_not_the_ones_that_completed():
