@@ -5,7 +5,6 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-
 from .analysis import Analyzer, split_dumps
 from .engine.loader import Rule, load_rules
 from .errors import AnalyzerError
