@@ -17,6 +17,7 @@ never lands in the tree; ``fixtures/blind/`` (held out) is not copied.
 from __future__ import annotations
 
 import argparse
+from fnmatch import fnmatch
 import json
 import os
 import shutil
@@ -171,6 +172,8 @@ def main() -> int:
                     "(the first also pays for mutmut's stats run); mutants left unrun count as not checked")
     ap.add_argument("--sample", action="append", default=[], metavar="MODULE=K",
                     help="run every K-th mutant of MODULE only (repeatable), e.g. job=4")
+    ap.add_argument("--only", nargs="+", default=[], metavar="NAME",
+                    help="run just these mutants (mutmut names, e.g. the survivors of an earlier run)")
     ap.add_argument("--survivors", action="store_true", help="list surviving mutants")
     ap.add_argument("--diffs", help="write the diff of every surviving mutant to this file")
     args = ap.parse_args()
@@ -197,6 +200,10 @@ def main() -> int:
                     _run_module(mutmut, work, ("nccl_analyzer.__none__",), args.max_children, 600)
                     known = sorted(_results(work, [m])[m])
                 names = tuple(known[::sample[m]])
+            if args.only:
+                names = tuple(n for n in args.only if any(fnmatch(n, g) for g in MODULES[m][1]))
+                if not names:
+                    continue
             rc, out, timed_out = _run_module(mutmut, work, names, args.max_children, limit)
             walls[m] = time.monotonic() - t0
             if timed_out:
@@ -223,7 +230,7 @@ def main() -> int:
             note = " (stopped at the time limit)" if m in stopped else ""
             if m in sample:
                 note += f" (every {sample[m]}th mutant of {len(st)})"
-            print(f"  {m:<9} {k:>5} killed of {len(tested):<5} ({pct:5.1f}%)  {walls[m]:6.0f} s  [{detail}]{note}")
+            print(f"  {m:<9} {k:>5} killed of {len(tested):<5} ({pct:5.1f}%)  {walls.get(m, 0.0):6.0f} s  [{detail}]{note}")
             if args.survivors:
                 for key, s in sorted(st.items()):
                     if s not in ("killed", "timeout", "not checked", "skipped"):

@@ -53,6 +53,7 @@ def test_exit_status_function():
 
     quiet = analyze_text(SIGTERM_LINE)
     assert quiet.findings and quiet.root_cause is None
+    assert [f.rule for f in quiet.cascade] == ["elastic-sigterm-teardown"]  # a cascade with no cause in view
     assert exit_status(quiet) is ExitCode.CLEAN
     loud = analyze_text((FIX / "02_bad_ifname" / "log.txt").read_text())
     assert exit_status(loud) is ExitCode.FAILURE_FOUND

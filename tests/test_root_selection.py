@@ -253,6 +253,9 @@ def _conf(rule_id: str) -> float:
     # +0.03 explains, +0.03 the job model blames the same rank, -0.10 the close IB competitor
     ("lagging", _lagging_job(7), "python-app-exception", 0.03 + 0.03 - 0.10),
     ("not_lagging", _lagging_job(8), "nccl-ib-verbs-error", 0.03 - 0.10),
+    # a lagging rank elsewhere gives the root no bonus (rank 3 lags; the /dev/shm failure names no rank)
+    ("lagging_elsewhere", TRACEBACK_R3 + _watchdog(3, 7, 10) + "".join(_watchdog(r, 8, 11 + r) for r in range(3))
+     + SHM_FULL, "nccl-shm-failure", 0.03),
 ])
 def test_confidence_adjustments(name, text, rule, delta):
     _, rc = _verdict(text)
