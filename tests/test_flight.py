@@ -383,3 +383,32 @@ def test_launch_reads_the_dumps_the_job_wrote(tmp_path):
     report = json.loads(next(logs.rglob("report.json")).read_text())
     rc = report["root_cause"]
     assert (rc["rule"], rc["ranks"]) == ("flight-collective-mismatch", [1]) and "called all_gather" in rc["title"]
+
+
+def test_mutated_real_dumps_never_crash(tmp_path):
+    # byte flips, cuts and insertions in real dumps: each one reads (and aligns) or is refused with DumpError
+    import random
+
+    rnd = random.Random(11)
+    sources = [(CASES / c / "fr_0").read_bytes() for c in ("h200_watchdog_fr_dump", "h200_watchdog_fr_json",
+                                                            "cpu_gloo_fr_rank2_skips")]
+    p = tmp_path / "fr_0"
+    outcomes = {"read": 0, "refused": 0}
+    for _ in range(400):
+        data = bytearray(rnd.choice(sources))
+        for _ in range(rnd.randint(1, 6)):
+            pos = rnd.randrange(len(data))
+            kind = rnd.random()
+            if kind < 0.5:
+                data[pos] = rnd.randrange(256)
+            elif kind < 0.8:
+                del data[pos:pos + rnd.randint(1, 20)]
+            else:
+                data[pos:pos] = bytes(rnd.randrange(256) for _ in range(rnd.randint(1, 8)))
+        p.write_bytes(bytes(data))
+        try:
+            align([read_dump(str(p))])
+            outcomes["read"] += 1
+        except DumpError:
+            outcomes["refused"] += 1
+    assert outcomes["read"] > 0 and outcomes["refused"] > 0
