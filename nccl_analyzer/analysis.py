@@ -10,7 +10,8 @@ from .engine.loader import Rule, load_rules
 from .engine.run import Hit, Matcher, make_fix, render_template
 from .job import JobBuilder, time_key
 from .model import Diagnosis, Event, InputInfo, Line, RootCause
-from .sources import Source, clean_line, expand_inputs, iter_source
+from . import triage
+from .sources import Source, clean_line, expand_inputs, iter_source, open_binary
 
 #: Events kept for the HTML events table (the non-INFO ones first seen).
 SAMPLE_CAP = 300
@@ -43,6 +44,10 @@ class Analyzer:
         self._prov_dirty = True
         self._finished: Diagnosis | None = None
         self._extra = {"text": 0, "compacted": 0, "parser_errors": 0}  # counts from worker processes (run_parallel)
+        # Kinds that only get counted (triage.py): nothing in the job model or the rules reads them.
+        self._inert = frozenset() if keep_text else frozenset(
+            k for k, _ in triage.INERT_SHAPES if not JobBuilder.reads(k) and not self.matcher.reads(k))
+        self._counted = 0  # lines the fast path accounted for without the full path (triage.py)
 
     # -- input ----------------------------------------------------------------------------------------------
     def add_sources(self, sources: list[Source]) -> None:
@@ -65,7 +70,7 @@ class Analyzer:
         self.builder.add(ev)
         self.matcher.add(ev)
         self._prov_dirty = True
-        if len(self._sample) < SAMPLE_CAP and not ev.kind.startswith(_QUIET_KINDS):
+        if len(self._sample) < SAMPLE_CAP and not ev.kind.startswith(_QUIET_KINDS) and ev.kind not in self._inert:
             self._sample.append(ev)
 
     def run_source(self, src: Source, progress: Any = None, done_before: int = 0) -> None:
@@ -73,21 +78,42 @@ class Analyzer:
 
         ``progress`` (optional) gets ``update(total_lines)`` every few thousand lines.
         """
-        if progress is None:
+        if not src.fast or self._keep_text:
             for line in iter_source(src):
                 self.feed(line)
-        else:
-            for line in iter_source(src):
-                self.feed(line)
-                if not line.lineno & 0xFFF:
+                if progress is not None and not line.lineno & 0xFFF:
                     progress.update(done_before + line.lineno)
+            self.flush(src.path)
+            return
+        stream = self._streams.get(src.path)
+        if stream is None:
+            stream = self._streams[src.path] = EventStream(keep_text=False, compact=True)
+        add = self.add_event
+
+        def emit(events: list[Event]) -> None:
+            for ev in events:
+                add(ev)
+
+        tick = None if progress is None else (lambda n: progress.update(done_before + n))
+        binary = open_binary(src)
+        try:
+            res = triage.scan(binary, src, stream, self._inert, emit, tick)
+        finally:
+            if src.real is not None:
+                binary.close()
+        src.lines = res.lines
+        if res.lines == 0:
+            src.warnings.append("input is empty")
+        else:
+            self._lines[src.path] = res.lines
+        self._counted += res.counted
         self.flush(src.path)
 
     def run_parallel(self, sources: list[Source], workers: int, progress: Any = None) -> None:
         """Parse ``sources`` in worker processes (parallel.py) and fold their events in, in input order."""
         offsets: dict[str, int] = {}
         total = 0
-        for res in parallel.iter_results(parallel.plan_units(sources, workers), workers):
+        for res in parallel.iter_results(parallel.plan_units(sources, workers), workers, self._inert):
             path = res.path
             base = offsets.get(path, 0)
             for ev in res.events:
@@ -104,6 +130,7 @@ class Analyzer:
             self._extra["text"] += res.text
             self._extra["compacted"] += res.compacted
             self._extra["parser_errors"] += res.parser_errors
+            self._counted += res.counted
             for w in res.warnings:
                 for s in sources:
                     if s.path == path and w not in s.warnings:
@@ -167,6 +194,7 @@ class Analyzer:
             "kinds": dict(sorted(self.builder.kinds.items())),
             "unparsed": self._extra["text"] + sum(getattr(s, "counts", {}).get("text", 0)
                                                   for s in self._streams.values()),
+            "counted": self._counted,
             "compacted": self._extra["compacted"] + sum(getattr(s, "compacted", 0) for s in self._streams.values()),
             "parser_errors": self._extra["parser_errors"] + sum(getattr(s, "parser_errors", 0)
                                                                 for s in self._streams.values()),

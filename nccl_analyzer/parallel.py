@@ -16,6 +16,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Iterator
 
+from . import triage
 from .classify import EventStream
 from .model import Event
 from .sources import Source, clean_text, open_binary, read_text_lines
@@ -56,6 +57,7 @@ class UnitResult:
     compacted: int
     warnings: list[str]
     parser_errors: int = 0
+    counted: int = 0  # lines the fast path accounted for without the full path (triage.py)
 
 
 def plan_units(sources: list[Source], workers: int = 1, chunk_bytes: int = CHUNK_BYTES) -> list[Unit]:
@@ -161,29 +163,36 @@ def iter_unit_lines(unit: Unit, first_line: int = 0) -> Iterator:
         stream.close()
 
 
-def parse_unit(unit: Unit) -> UnitResult:
-    """Worker: parse one unit in compact mode; line numbers are relative to the unit's first line."""
+def parse_unit(unit: Unit, inert: frozenset[str] = frozenset()) -> UnitResult:
+    """Worker: parse one unit in compact mode; line numbers are relative to the unit's first line.
+
+    ``inert``: the kinds the fast path may count without parsing (triage.py; the caller's rules decide).
+    """
     src = unit.source
     stream = open_binary(src)
     events: list[Event] = []
     es = EventStream(keep_text=False, compact=True)
-    feed = es.feed
-    lineno = 0
-    local = Source(path=src.path, real=src.real, local_rank=src.local_rank, rank=src.rank)
+    local = Source(path=src.path, real=src.real, local_rank=src.local_rank, rank=src.rank, fast=src.fast)
+    counted = 0
     try:
         if unit.start:
             stream.seek(unit.start)
         limited = _Limited(stream, unit.end - unit.start) if unit.end >= 0 else stream
-        for s, truncated in read_text_lines(limited, local):
-            lineno += 1
-            out = feed(clean_text(s, local, lineno, truncated))
-            if out:
-                events.extend(out)
+        if local.fast:
+            res = triage.scan(limited, local, es, inert, events.extend)
+            lineno, counted = res.lines, res.counted
+        else:
+            lineno = 0
+            for s, truncated in read_text_lines(limited, local):
+                lineno += 1
+                out = es.feed(clean_text(s, local, lineno, truncated))
+                if out:
+                    events.extend(out)
         events.extend(es.flush())
     finally:
         stream.close()
     return UnitResult(unit.index, src.path, events, lineno, es.counts["text"], es.compacted, local.warnings,
-                      es.parser_errors)
+                      es.parser_errors, counted)
 
 
 class _Limited:
@@ -231,7 +240,7 @@ def worker_count() -> int:
     return max(1, min(n, 16))
 
 
-def iter_results(units: list[Unit], workers: int) -> Iterator[UnitResult]:
+def iter_results(units: list[Unit], workers: int, inert: frozenset[str] = frozenset()) -> Iterator[UnitResult]:
     """Results in unit order, at most ``2 * workers`` units in flight (bounded memory)."""
     _warm_parsers()
     ctx = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
@@ -239,7 +248,7 @@ def iter_results(units: list[Unit], workers: int) -> Iterator[UnitResult]:
         pending: list[Future] = []
         it = iter(units)
         for unit in it:
-            pending.append(pool.submit(parse_unit, unit))
+            pending.append(pool.submit(parse_unit, unit, inert))
             if len(pending) >= 2 * workers:
                 break
         while pending:
@@ -247,7 +256,7 @@ def iter_results(units: list[Unit], workers: int) -> Iterator[UnitResult]:
             yield fut.result()
             nxt = next(it, None)
             if nxt is not None:
-                pending.append(pool.submit(parse_unit, nxt))
+                pending.append(pool.submit(parse_unit, nxt, inert))
 
 
 def should_parallelize(sources: list[Source], workers: int) -> bool:

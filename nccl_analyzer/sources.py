@@ -62,6 +62,7 @@ class Source:
     lines: int = 0
     warnings: list[str] = field(default_factory=list)
     srun: bool = False  # an srun --label prefix was seen: every later "N: " head is one (continuation lines too)
+    fast: bool = True  # raw lines may take the fast path (triage.py); False where lines are rewritten first
 
 
 def expand_inputs(specs: list[str] | tuple[str, ...], stdin_name: str = "-") -> list[Source]:
@@ -166,8 +167,10 @@ _TRUNC_MARK = b"\x00TRUNCATED"
 BLOCK = 1 << 20
 
 
-def read_text_lines(stream: BinaryIO, src: Source) -> Iterator[tuple[str, bool]]:
-    """Yield (decoded line without newline, truncated) reading 1 MiB blocks: bounded memory, fast.
+def read_text_blocks(stream: BinaryIO, src: Source) -> Iterator[str | tuple[str, bool]]:
+    """Decoded input in 1 MiB pieces: a ``str`` of whole lines (joined by newlines, no final one; a line in it
+    may be longer than MAX_LINE: the reader cuts it), or a ``(line, truncated)`` tuple for the head of a line
+    longer than a block and for a last line without newline. Bounded memory.
 
     Decoding a whole block at once is several times cheaper than per line; blocks are cut after their last
     newline so no UTF-8 sequence is split (a newline byte is never inside a multi-byte sequence).
@@ -197,11 +200,7 @@ def read_text_lines(stream: BinaryIO, src: Source) -> Iterator[tuple[str, bool]]
                 continue
             chunk = pending + block[:cut]
             pending = block[cut + 1:]
-            for s in chunk.decode("utf-8", "replace").split("\n"):
-                if len(s) > MAX_LINE:
-                    yield s[:MAX_LINE], True
-                else:
-                    yield s, False
+            yield chunk.decode("utf-8", "replace")
             if len(pending) > MAX_LINE:
                 yield pending[:MAX_LINE].decode("utf-8", "replace"), True
                 pending = b""
@@ -212,6 +211,19 @@ def read_text_lines(stream: BinaryIO, src: Source) -> Iterator[tuple[str, bool]]
         src.warnings.append(f"read error after {src.lines} lines: {exc}; analyzed what was readable")
     if pending:
         yield pending.decode("utf-8", "replace"), False
+
+
+def read_text_lines(stream: BinaryIO, src: Source) -> Iterator[tuple[str, bool]]:
+    """Yield (decoded line without newline, truncated) reading 1 MiB blocks: bounded memory, fast."""
+    for item in read_text_blocks(stream, src):
+        if item.__class__ is str:
+            for s in item.split("\n"):  # type: ignore[union-attr]
+                if len(s) > MAX_LINE:
+                    yield s[:MAX_LINE], True
+                else:
+                    yield s, False
+        else:
+            yield item  # type: ignore[misc]
 
 
 def clean_line(b: bytes, src: Source, lineno: int) -> Line:
