@@ -132,7 +132,9 @@ _IBDEV_RE = re.compile(r"\[(?P<idx>\d+)\](?P<name>[^:\s]+)(?::(?P<port>\d+))?(?:
 _TREE_ENTRY_RE = re.compile(r"\[(\d+)\] ([-\d/]+)->(-?\d+)->([-\d/]+)")
 _PXN_GDR_RE = re.compile(r"PXN (\d+) GDR (\d+)")
 # NCCL prints socket addresses as "addr<port>" (IPv4, IPv6 with %scope, or a host name).
-_PEER_RE = re.compile(r"([^\s<>(),;]+<\d+>)")
+# The lookbehind starts a match only where an address can start: without it a long run of other characters is
+# re-scanned from every position (quadratic in line length: a 60k-character WARN took 28x a 6k one).
+_PEER_RE = re.compile(r"(?<![^\s<>(),;])([^\s<>(),;]++<\d+>)")
 _RAS_TIMEOUT_RE = re.compile(r"(keep-alive|init) timeout (error|warning) \((\d+)s\)")
 
 
