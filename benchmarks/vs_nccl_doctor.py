@@ -31,20 +31,24 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as job:
         os.makedirs(os.path.join(job, "logs"))
         os.symlink(os.path.abspath(args.log), os.path.join(job, "logs", "node.1.log"))
+        # the job.json its own `run` wrapper writes (no Slurm, fabric unknown)
+        with open(os.path.join(job, "job.json"), "w") as f:
+            json.dump({"job_id": "bench", "outcome": "failed", "nodes": [], "world_size": 0, "fabric": None,
+                       "cluster": "default", "timestamp": 0}, f)
         ours = measure("nccl-analyze", [py, "-m", "nccl_analyzer", args.log, "--format", "json"], lines, keep=True)
         env_py = f"import sys; sys.path.insert(0, {str(Path(args.nccl_doctor).resolve())!r}); " \
                  "from nccl_doctor.cli import main; sys.exit(main())"
-        theirs = measure("nccl-doctor", [py, "-c", env_py, "analyze", job, "--json"], lines, keep=True)
+        theirs = measure("nccl-doctor", [py, "-c", env_py, "analyze", job, "--json", "--no-store"], lines, keep=True)
     print(f"input: {args.log}: {lines:,} lines")
     print(f"{'tool':<14} {'seconds':>8} {'cpu s':>7} {'lines/s':>10} {'peak RSS MiB':>13}  verdict")
     ours_v = verdict(ours.pop("stdout"))
     out = theirs.pop("stdout")
     try:
-        rep = json.loads(out)
-        findings = rep.get("findings") or []
-        top = findings[0] if findings else None
-        theirs_v = (f"{top.get('rule_id') or top.get('id')}: {top.get('title') or top.get('summary')}"
-                    if top else "no finding") + f" ({len(findings)} findings)"
+        ea = json.loads(out).get("error_analysis") or {}
+        findings = ea.get("findings") or []
+        top = findings[0] if findings else {}
+        theirs_v = f"{ea.get('verdict')}; first finding {top.get('rule')}: {str(top.get('summary'))[:70]} " \
+                   f"({len(findings)} findings)"
     except ValueError:
         theirs_v = out.decode(errors="replace").strip()[:200]
     for r, v in ((ours, ours_v), (theirs, theirs_v)):

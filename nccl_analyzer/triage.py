@@ -57,16 +57,52 @@ _HEAD = r"(?:\[[\d :.,/T+-]+\] )?(?P<host>[\w.-]+):(?P<pid>\d+):\d+ \[\d+\] NCCL
 _CLEAN = r"[^\x00-\x08\x0a-\x1f\x7f]"  # what clean_text keeps unchanged (tab included)
 
 
-def _pattern(inert: frozenset[str]) -> re.Pattern[str]:
+_PLAIN_HEAD = _HEAD.replace("?P<host>", "").replace("?P<pid>", "")
+# A collective-call line ("AllReduce: opCount 1f sendbuff ..."), its process ("host:pid") and call name.
+_COLL = r"\n(?:\[[\d :.,/T+-]+\] )?([\w.-]+:\d+):\d+ \[\d+\] NCCL INFO (\w+): opCount " + _CLEAN + r"*(?![^\n])"
+_COLL_RE = re.compile(_COLL)
+# Chatter kinds that, when all inert, leave collective calls as the only chatter a block can hold.
+_OTHER_CHATTER = frozenset({"nccl.ring", "nccl.tree", "nccl.trees", "nccl.channel"})
+_TAIL = 1 << 16
+
+
+def _pattern(inert: frozenset[str], skip_coll: bool = False) -> re.Pattern[str]:
     shapes = [rx for kind, rx in INERT_SHAPES if kind in inert]
-    skip = (r"(?!" + _HEAD.replace("?P<host>", "").replace("?P<pid>", "") + "(?:" + "|".join(shapes) +
-            r") *(?![^\n]))") if shapes else ""
+    if skip_coll:
+        shapes.append(r"\w+: opCount " + _CLEAN + r"*")
+    skip = (r"(?!" + _PLAIN_HEAD + "(?:" + "|".join(shapes) + r") *(?![^\n]))") if shapes else ""
     return re.compile(
         r"\n" + skip + r"(?:" + _HEAD + r"(?:(?P<op>\w+): opCount " + _CLEAN + r"*|(?P<tr>Channel \d+/\d+ : " +
         _CLEAN + r"* via " + _CLEAN + r"*))(?![^\n])|[^\n]*)")
 
 
-_PATTERNS: dict[frozenset[str], re.Pattern[str]] = {}
+_PATTERNS: dict[tuple[frozenset[str], bool], re.Pattern[str]] = {}
+
+
+def _compiled(inert: frozenset[str], skip_coll: bool) -> re.Pattern[str]:
+    rx = _PATTERNS.get((inert, skip_coll))
+    if rx is None:
+        rx = _PATTERNS[(inert, skip_coll)] = _pattern(inert, skip_coll)
+    return rx
+
+
+def _last_calls(t: str, procs: set[str]) -> dict[str, int]:
+    """Index in ``t`` of the last collective-call line of each process in ``procs`` (searched from the end in
+    growing windows: ranks log round robin, so the last window usually holds them all)."""
+    found: dict[str, int] = {}
+    end = len(t)
+    size = _TAIL
+    while end > 0 and len(found) < len(procs):
+        start = t.rfind("\n", 0, max(0, end - size)) if end > size else 0
+        start = max(start, 0)
+        here: dict[str, int] = {}
+        for m in _COLL_RE.finditer(t, start, end):
+            here[m.group(1)] = m.start()
+        for proc, pos in here.items():
+            found.setdefault(proc, pos)
+        end = start
+        size *= 4
+    return found
 
 
 class Scan:
@@ -83,9 +119,8 @@ def scan(stream, src: Source, es: EventStream, inert: frozenset[str], emit: Call
          progress: Callable[[int], None] | None = None, lineno: int = 0) -> Scan:
     """Read a binary ``stream`` of ``src`` in blocks, feed the lines that can matter to ``es`` (line numbers from
     ``lineno + 1``) and pass their events to ``emit``; ``progress(lines)`` after each block."""
-    rx = _PATTERNS.get(inert)
-    if rx is None:
-        rx = _PATTERNS[inert] = _pattern(inert)
+    rx_all = _compiled(inert, False)
+    rx_skip = _compiled(inert, True) if _OTHER_CHATTER <= inert else None
     nccl = es._nccl
     nccl.chatter_src = src
     seen = nccl._chatter_seen
@@ -94,6 +129,7 @@ def scan(stream, src: Source, es: EventStream, inert: frozenset[str], emit: Call
     out = Scan()
     first, compacted0 = lineno, nccl.compacted
     fast: set[tuple[str, str, str]] = set()  # chatter keys whose first line went the full way
+    fast_calls: set[tuple[str, str]] = set()  # the same for collective calls, as ("host:pid", call)
     pids: dict[str, int] = {}
     fed = 0
     for item in read_text_blocks(stream, src):
@@ -108,6 +144,18 @@ def scan(stream, src: Source, es: EventStream, inert: frozenset[str], emit: Call
         t = "\n" + item  # type: ignore[operator]
         n = len(t)
         count = t.count
+        base = lineno
+        calls = None
+        rx = rx_all
+        if rx_skip is not None and nccl._pending is None and nccl.compact and t.find(" via ") < 0:
+            # Block mode: when every collective-call line of this block repeats a (process, call) already seen
+            # and no other chatter can be here, the calls never leave the regex engine either; afterwards only
+            # the last call of each process is looked up (what the per-line path would keep).
+            calls = _COLL_RE.findall(t)
+            if calls and all(k in fast_calls for k in set(calls)):
+                rx = rx_skip
+            else:
+                calls = None
         search = rx.search
         end = 0
         while True:
@@ -145,6 +193,8 @@ def scan(stream, src: Source, es: EventStream, inert: frozenset[str], emit: Call
                 events = feed(clean_text(t[start + 1:end], src, lineno))
                 if (host, p, ckey) in seen:
                     fast.add(key)
+                    if kind == "op":
+                        fast_calls.add((f"{host}:{pid}", m.group("op")))
             else:
                 s = t[start + 1:end]
                 fed += 1
@@ -155,6 +205,16 @@ def scan(stream, src: Source, es: EventStream, inert: frozenset[str], emit: Call
             if events:
                 emit(events)
         lineno += count("\n", pos)
+        if calls is not None:
+            nccl.compacted += len(calls)
+            lasts = sorted((i, proc) for proc, i in _last_calls(t, {c[0] for c in calls}).items())
+            at, ln = 0, base
+            for i, proc in lasts:
+                ln += count("\n", at, i + 1)
+                at = i + 1
+                host, _, pid = proc.rpartition(":")
+                stop = t.find("\n", i + 1)
+                last[(host, int(pid))] = (ln, t[i + 1:stop if stop >= 0 else n])
         if progress is not None:
             progress(lineno)
     out.lines = lineno

@@ -137,3 +137,21 @@ def test_parallel_equals_sequential(tmp_path):
     seq = analysis.analyze([str(log)], workers=1).to_dict()
     assert par["root_cause"] == seq["root_cause"]
     assert [f["rule"] for f in par["findings"]] == [f["rule"] for f in seq["findings"]]
+
+
+def test_small_blocks_same_result(tmp_path, monkeypatch):
+    # Many blocks: the block mode (collective calls counted inside the regex engine, the last one per process
+    # looked up afterwards) and the state carried across blocks must give what the per-line path gives.
+    from nccl_analyzer import sources
+
+    log = tmp_path / "job.log"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "real_log.py"), "--ranks", "16", "--steps", "60",
+                    "-o", str(log)], check=True, capture_output=True)
+    slow = _per_line([str(log)])
+    monkeypatch.setattr(sources, "BLOCK", 1 << 13)
+    used = []
+    real = triage._last_calls
+    monkeypatch.setattr(triage, "_last_calls", lambda t, procs: used.append(len(procs)) or real(t, procs))
+    fast = _triaged([str(log)])
+    _same(fast, slow)
+    assert len(used) > 10, "the block mode never engaged"
