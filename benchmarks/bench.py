@@ -1,10 +1,17 @@
-"""Throughput and memory: `events` export and full analysis vs `grep -c NCCL` and a one-regex Python pass.
+"""Throughput and memory of the full analysis on logs built from real captured lines (benchmarks/real_log.py).
 
-Each measurement runs in its own process; peak RSS is that process's ru_maxrss.
+For each size, in this order and each in a fresh process (peak RSS = that process tree's ru_maxrss):
 
-    python benchmarks/bench.py                      # generates 1,000 ranks / 2M lines into /tmp
-    python benchmarks/bench.py --lines 4000000      # memory must stay flat as the input grows
-    python benchmarks/bench.py --log my.log --skip-generate
+- ``python one-regex pass``: one compiled NCCL-prefix regex matched against every line (the yardstick),
+- ``nccl-analyze --format json``: the full analysis, verdict included,
+- ``grep -c NCCL`` for scale;
+
+and the verdict the analysis gave (root cause id and ranks) next to the culprit the generator planted.
+
+    python benchmarks/bench.py                         # 1,000 and 3,000 ranks
+    python benchmarks/bench.py --ranks 1000 3000 10000
+    python benchmarks/bench.py --log my.log            # any log (no expected verdict)
+    python benchmarks/bench.py --generator synthetic   # the older benchmarks/generate_log.py logs
 """
 from __future__ import annotations
 
@@ -13,7 +20,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,59 +36,94 @@ with open(sys.argv[1], 'rb') as f:
 print(n, m)
 """
 
-
-# A fresh wrapper process per measurement: its RUSAGE_CHILDREN peak is exactly the measured command's.
+# A fresh wrapper process per measurement: its RUSAGE_CHILDREN peak is exactly the measured command's tree
+# (the analysis's worker processes included: ru_maxrss of the children is the largest one's).
 WRAPPER = r"""
 import resource, subprocess, sys, time
 t0 = time.perf_counter()
-rc = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL).returncode
-print(time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, rc)
+p = subprocess.run(sys.argv[2:], stdout=subprocess.PIPE if sys.argv[1] == "keep" else subprocess.DEVNULL)
+wall = time.perf_counter() - t0
+ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+sys.stderr.write(repr((wall, ru.ru_maxrss, ru.ru_utime + ru.ru_stime, p.returncode)) + "\n")
+if p.stdout:
+    sys.stdout.buffer.write(p.stdout)
 """
 
 
-def measure(name: str, argv: list[str], lines: int) -> dict:
-    proc = subprocess.run([sys.executable, "-c", WRAPPER, *argv], capture_output=True, text=True, cwd=ROOT)
-    wall_s, rss_kib, rc = proc.stdout.split()
-    if int(rc) not in (0, 1):
-        raise SystemExit(f"{name} failed ({rc}): {proc.stderr[-2000:]}")
-    wall = float(wall_s)
-    return {"name": name, "seconds": round(wall, 2), "lines_per_s": int(lines / wall),
-            "peak_rss_mib": round(int(rss_kib) / 1024, 1)}
+def measure(name: str, argv: list[str], lines: int, keep: bool = False) -> dict:
+    proc = subprocess.run([sys.executable, "-c", WRAPPER, "keep" if keep else "drop", *argv], capture_output=True,
+                          cwd=ROOT)
+    last = proc.stderr.decode(errors="replace").strip().splitlines()[-1]
+    wall, rss_kib, cpu, rc = eval(last)  # noqa: S307 - our own wrapper's repr of a tuple of numbers
+    if rc not in (0, 1):
+        raise SystemExit(f"{name} failed ({rc}): {proc.stderr[-2000:]!r}")
+    out = {"name": name, "seconds": round(wall, 2), "cpu_seconds": round(cpu, 2), "lines_per_s": int(lines / wall),
+           "peak_rss_mib": round(rss_kib / 1024, 1)}
+    if keep:
+        out["stdout"] = proc.stdout
+    return out
+
+
+def verdict(json_bytes: bytes) -> str:
+    d = json.loads(json_bytes)
+    rc = d.get("root_cause")
+    if not rc:
+        return "no root cause"
+    ranks = rc.get("ranks") or []
+    return f"{rc['id']} ranks {ranks[:4]}{'...' if len(ranks) > 4 else ''}"
+
+
+def bench_one(log: str, expected: str | None) -> dict:
+    with open(log, "rb") as f:
+        lines = sum(block.count(b"\n") for block in iter(lambda: f.read(1 << 24), b""))
+    size = os.path.getsize(log)
+    py = sys.executable
+    analyze = [py, "-m", "nccl_analyzer", log, "--format", "json"]
+    results = [
+        measure("python one-regex pass", [py, "-c", REGEX_PASS, log], lines),
+        measure("nccl-analyze (full analysis)", analyze, lines, keep=True),
+        measure("grep -c NCCL", ["grep", "-c", "NCCL", log], lines),
+    ]
+    regex = results[0]
+    for r in results:
+        r["vs_regex"] = round(r["lines_per_s"] / regex["lines_per_s"], 2)
+    full = results[1]
+    got = verdict(full.pop("stdout"))
+    return {"log": log, "lines": lines, "bytes": size, "expected": expected, "verdict": got, "results": results}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ranks", type=int, default=1000)
-    ap.add_argument("--lines", type=int, default=2_000_000)
-    ap.add_argument("--log", default=None)
-    ap.add_argument("--skip-generate", action="store_true")
+    ap.add_argument("--ranks", type=int, nargs="+", default=[1000, 3000])
+    ap.add_argument("--generator", choices=("real", "synthetic"), default="real")
+    ap.add_argument("--flavor", choices=("2.28", "2.21"), default="2.28", help="real_log.py --flavor")
+    ap.add_argument("--log", default=None, help="benchmark this log instead of generating one")
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     args = ap.parse_args(argv)
-    log = args.log or f"/tmp/nccl-bench-{args.ranks}r-{args.lines}.log"
-    if not (args.skip_generate and os.path.exists(log)):
-        subprocess.run([sys.executable, str(ROOT / "benchmarks" / "generate_log.py"), "--ranks", str(args.ranks),
-                        "--lines", str(args.lines), "-o", log], check=True)
-    with open(log, "rb") as f:
-        lines = sum(1 for _ in f)
-    size = os.path.getsize(log)
-    py = sys.executable
-    results = [
-        measure("nccl-analyze (full analysis)", [py, "-m", "nccl_analyzer", log, "--format", "json"], lines),
-        measure("nccl-analyze events --no-text", [py, "-m", "nccl_analyzer", "events", log, "--no-text"], lines),
-        measure("grep -c NCCL", ["grep", "-c", "NCCL", log], lines),
-        measure("python one-regex pass", [py, "-c", REGEX_PASS, log], lines),
-    ]
-    regex = next(r for r in results if r["name"] == "python one-regex pass")
-    for r in results:
-        r["vs_regex"] = round(r["lines_per_s"] / regex["lines_per_s"], 2)
+    runs = []
+    if args.log:
+        runs.append(bench_one(args.log, None))
+    for n in ([] if args.log else args.ranks):
+        log = f"/tmp/nccl-bench-{args.generator}-{args.flavor}-{n}r.log"
+        culprit = n // 2 + 3
+        if not os.path.exists(log):
+            gen = "real_log.py" if args.generator == "real" else "generate_log.py"
+            extra = ["--flavor", args.flavor, "--steps", str(max(60, 240_000 // n * 2))] \
+                if args.generator == "real" else ["--lines", str(2000 * n)]
+            subprocess.run([sys.executable, str(ROOT / "benchmarks" / gen), "--ranks", str(n), *extra, "-o", log],
+                           check=True)
+        runs.append(bench_one(log, f"cuda_oom ranks [{culprit}]"))
     if args.json:
-        print(json.dumps({"log": log, "lines": lines, "bytes": size, "results": results}, indent=2))
+        print(json.dumps(runs, indent=2))
         return 0
-    print(f"input: {log}: {lines:,} lines, {size / 2**20:.0f} MiB, {args.ranks} ranks; cpus: {os.cpu_count()}")
-    print(f"{'run':<34} {'seconds':>8} {'lines/s':>12} {'x regex':>8} {'peak RSS MiB':>13}")
-    for r in results:
-        print(f"{r['name']:<34} {r['seconds']:>8.2f} {r['lines_per_s']:>12,} {r['vs_regex']:>8.2f} "
-              f"{r['peak_rss_mib']:>13.0f}")
+    print(f"cpus: {os.cpu_count()}, python {sys.version.split()[0]}")
+    for run in runs:
+        print(f"\ninput: {run['log']}: {run['lines']:,} lines, {run['bytes'] / 2**20:.0f} MiB")
+        print(f"{'run':<30} {'seconds':>8} {'cpu s':>7} {'lines/s':>11} {'x regex':>8} {'peak RSS MiB':>13}")
+        for r in run["results"]:
+            print(f"{r['name']:<30} {r['seconds']:>8.2f} {r['cpu_seconds']:>7.2f} {r['lines_per_s']:>11,} "
+                  f"{r['vs_regex']:>8.2f} {r['peak_rss_mib']:>13.0f}")
+        print(f"verdict: {run['verdict']}" + (f"   (planted: {run['expected']})" if run["expected"] else ""))
     return 0
 
 

@@ -14,6 +14,8 @@ from .jobs import JobSplitCheck
 from .model import Diagnosis, Event, InputInfo, Line, RootCause
 from .errors import InputError
 from .sources import Inputs, Source, as_specs, clean_line, expand_inputs, iter_source, nothing_to_analyze, sniff_source
+from . import triage
+from .sources import open_binary, plain_raw
 
 #: Events kept for the HTML events table (the non-INFO ones first seen).
 SAMPLE_CAP = 300
@@ -51,6 +53,10 @@ class Analyzer:
         self._jobs = JobSplitCheck()  # inputs that look like separate jobs -> a warning
         self._events_by_path: dict[str, int] = {}
         self._fr_pointers: list[Event] = []  # log lines naming a Flight Recorder dump file (flight/)
+        # Kinds that only get counted (triage.py): nothing in the job model or the rules reads them.
+        self._inert = frozenset() if keep_text else frozenset(
+            k for k, _ in triage.INERT_SHAPES if not JobBuilder.reads(k) and not self.matcher.reads(k))
+        self._counted = 0  # lines the fast path accounted for without the full path (triage.py)
 
     # -- input ----------------------------------------------------------------------------------------------
     def add_sources(self, sources: list[Source]) -> None:
@@ -79,7 +85,7 @@ class Analyzer:
         if ev.kind == "torch.flight_recorder" and ev.fields.get("stage") == "dumping" and len(self._fr_pointers) < 4096:
             # (flight.events.is_pointer, inlined: this runs for every event)
             self._fr_pointers.append(ev)
-        if len(self._sample) < SAMPLE_CAP and not ev.kind.startswith(_QUIET_KINDS):
+        if len(self._sample) < SAMPLE_CAP and not ev.kind.startswith(_QUIET_KINDS) and ev.kind not in self._inert:
             self._sample.append(ev)
 
     def run_source(self, src: Source, progress: Any = None, done_before: int = 0) -> None:
@@ -87,14 +93,34 @@ class Analyzer:
 
         ``progress`` (optional) gets ``update(total_lines)`` every few thousand lines.
         """
-        if progress is None:
+        if self._keep_text or not plain_raw(src):
             for line in iter_source(src):
                 self.feed(line)
-        else:
-            for line in iter_source(src):
-                self.feed(line)
-                if not line.lineno & 0xFFF:
+                if progress is not None and not line.lineno & 0xFFF:
                     progress.update(done_before + line.lineno)
+            self.flush(src.path)
+            return
+        stream = self._streams.get(src.path)
+        if stream is None:
+            stream = self._streams[src.path] = EventStream(keep_text=False, compact=True)
+        add = self.add_event
+
+        def emit(events: list[Event]) -> None:
+            for ev in events:
+                add(ev)
+
+        tick = None if progress is None else (lambda n: progress.update(done_before + n))
+        binary = open_binary(src)
+        try:
+            res = triage.scan(binary, src, stream, self._inert, emit, tick)
+        finally:
+            if src.real is not None:
+                binary.close()
+        src.lines = res.lines
+        if res.lines:
+            self._lines[src.path] = res.lines
+        src.finish_warnings()
+        self._counted += res.counted
         self.flush(src.path)
 
     def run_parallel(self, sources: list[Source], workers: int, progress: Any = None) -> None:
@@ -102,7 +128,7 @@ class Analyzer:
         offsets: dict[str, int] = {}
         total = 0
         self._parallel = True
-        for res in parallel.iter_results(parallel.plan_units(sources, workers), workers):
+        for res in parallel.iter_results(parallel.plan_units(sources, workers), workers, self._inert):
             path = res.path
             base = offsets.get(path, 0)
             for ev in res.events:
@@ -119,6 +145,7 @@ class Analyzer:
             self._extra["text"] += res.text
             self._extra["compacted"] += res.compacted
             self._extra["parser_errors"] += res.parser_errors
+            self._counted += res.counted
             for s in sources:
                 if s.path != path:
                     continue
@@ -223,6 +250,7 @@ class Analyzer:
             "kinds": dict(sorted(self.builder.kinds.items())),
             "unparsed": self._extra["text"] + sum(getattr(s, "counts", {}).get("text", 0)
                                                   for s in self._streams.values()),
+            "counted": self._counted,
             "compacted": self._extra["compacted"] + sum(getattr(s, "compacted", 0) for s in self._streams.values()),
             "parser_errors": self._extra["parser_errors"] + sum(getattr(s, "parser_errors", 0)
                                                                 for s in self._streams.values()),
@@ -307,6 +335,8 @@ def analyze(specs: Inputs, rules_dirs: Inputs = (), stdin_name: str = "-",
     try:
         workers = parallel.worker_count() if workers is None else workers
         if parallel.should_parallelize(text_sources, workers):
+            for src in text_sources:
+                src.fast = plain_raw(src)
             a.run_parallel(text_sources, workers, progress)
         else:
             for src in text_sources:

@@ -135,6 +135,13 @@ class JobBuilder:
         return info
 
     # -- feeding -------------------------------------------------------------------------------------------
+    @staticmethod
+    def reads(kind: str) -> bool:
+        """Whether events of ``kind`` change the model beyond being counted (triage.py skips the others)."""
+        if kind in _HANDLERS or kind.startswith(ERROR_KINDS_PREFIX) or kind.startswith(_TIMELINE_KINDS):
+            return True
+        return any(kind.startswith(prefix) for prefix, _ in _PREFIX_HANDLERS)
+
     def add(self, ev: Event) -> None:
         """Fold one event into the model."""
         self.events += 1

@@ -16,6 +16,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Iterator
 
+from . import triage
 from .classify import EventStream
 from .model import Event
 from .sources import Source, clean_text, open_binary, read_text_lines
@@ -58,6 +59,7 @@ class UnitResult:
     parser_errors: int = 0
     cut_lines: int = 0  # lines cut to MAX_LINE in this unit
     first_cut: int = 0  # the first of them, relative to the unit's first line
+    counted: int = 0  # lines the fast path accounted for without the full path (triage.py)
 
 
 def plan_units(sources: list[Source], workers: int = 1, chunk_bytes: int = CHUNK_BYTES) -> list[Unit]:
@@ -163,30 +165,36 @@ def iter_unit_lines(unit: Unit, first_line: int = 0) -> Iterator:
         stream.close()
 
 
-def parse_unit(unit: Unit) -> UnitResult:
-    """Worker: parse one unit in compact mode; line numbers are relative to the unit's first line."""
+def parse_unit(unit: Unit, inert: frozenset[str] = frozenset()) -> UnitResult:
+    """Worker: parse one unit in compact mode; line numbers are relative to the unit's first line.
+
+    ``inert``: the kinds the fast path may count without parsing (triage.py; the caller's rules decide).
+    """
     src = unit.source
     stream = open_binary(src)
     events: list[Event] = []
     es = EventStream(keep_text=False, compact=True)
-    feed = es.feed
-    lineno = 0
-    local = Source(path=src.path, real=src.real, local_rank=src.local_rank, rank=src.rank)
+    local = Source(path=src.path, real=src.real, local_rank=src.local_rank, rank=src.rank, fast=src.fast)
+    counted = 0
     try:
         if unit.start:
             stream.seek(unit.start)
         limited = _Limited(stream, unit.end - unit.start) if unit.end >= 0 else stream
-        # The main process sniffed the source for binary content before planning (analysis.analyze).
-        for s, truncated in read_text_lines(limited, local, sniff=False):
-            lineno += 1
-            out = feed(clean_text(s, local, lineno, truncated))
-            if out:
-                events.extend(out)
+        if local.fast:
+            res = triage.scan(limited, local, es, inert, events.extend)
+            lineno, counted = res.lines, res.counted
+        else:
+            # The main process sniffed the source for binary content before planning (analysis.analyze).
+            for s, truncated in read_text_lines(limited, local, sniff=False):
+                lineno += 1
+                out = feed(clean_text(s, local, lineno, truncated))
+                if out:
+                    events.extend(out)
         events.extend(es.flush())
     finally:
         stream.close()
     return UnitResult(unit.index, src.path, events, lineno, es.counts["text"], es.compacted, local.warnings,
-                      es.parser_errors, local.cut_lines, local.first_cut)
+                      es.parser_errors, local.cut_lines, local.first_cut, counted)
 
 
 class _Limited:
@@ -234,7 +242,7 @@ def worker_count() -> int:
     return max(1, min(n, 16))
 
 
-def iter_results(units: list[Unit], workers: int) -> Iterator[UnitResult]:
+def iter_results(units: list[Unit], workers: int, inert: frozenset[str] = frozenset()) -> Iterator[UnitResult]:
     """Results in unit order, at most ``2 * workers`` units in flight (bounded memory)."""
     _warm_parsers()
     ctx = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
@@ -242,7 +250,7 @@ def iter_results(units: list[Unit], workers: int) -> Iterator[UnitResult]:
         pending: list[Future] = []
         it = iter(units)
         for unit in it:
-            pending.append(pool.submit(parse_unit, unit))
+            pending.append(pool.submit(parse_unit, unit, inert))
             if len(pending) >= 2 * workers:
                 break
         while pending:
@@ -250,7 +258,7 @@ def iter_results(units: list[Unit], workers: int) -> Iterator[UnitResult]:
             yield fut.result()
             nxt = next(it, None)
             if nxt is not None:
-                pending.append(pool.submit(parse_unit, nxt))
+                pending.append(pool.submit(parse_unit, nxt, inert))
 
 
 def should_parallelize(sources: list[Source], workers: int) -> bool:

@@ -71,6 +71,7 @@ class Source:
     events: int = 0  # events the analysis got from this source (set at its end; decides a binary's fate)
     cut_lines: int = 0  # lines longer than MAX_LINE, cut to it
     first_cut: int = 0  # 1-based number of the first such line (0: none)
+    fast: bool = True  # raw lines may take the fast path (triage.py); False where lines are rewritten first
 
     def note_cut(self, lineno: int) -> None:
         """Count one over-long line cut to ``MAX_LINE`` (``lineno``: its number in this source)."""
@@ -355,6 +356,66 @@ def read_text_lines(stream: BinaryIO, src: Source, sniff: bool = True) -> Iterat
         src.warnings.append(f"read error after {src.lines} lines: {exc}; analyzed what was readable")
     if pending:
         yield pending.decode("utf-8", "replace"), False
+
+
+def read_text_blocks(stream: BinaryIO, src: Source) -> Iterator[str | tuple[str, bool]]:
+    """Decoded input in 1 MiB pieces: a ``str`` of whole lines (joined by newlines, no final one; a line in it
+    may be longer than MAX_LINE: the reader cuts it), or a ``(line, truncated)`` tuple for the head of a line
+    longer than a block and for a last line without newline. Bounded memory.
+
+    Decoding a whole block at once is several times cheaper than per line; blocks are cut after their last
+    newline so no UTF-8 sequence is split (a newline byte is never inside a multi-byte sequence).
+    """
+    # read1: one decompression/IO step per call, so a truncated gzip loses only its last step's bytes.
+    read = getattr(stream, "read1", stream.read)
+    pending = b""  # start of a line whose end is not read yet (at most MAX_LINE bytes kept)
+    skipping = False  # inside an over-long line whose head was already yielded
+    try:
+        while True:
+            block = read(BLOCK)
+            if not block:
+                break
+            if skipping:
+                nl = block.find(b"\n")
+                if nl < 0:
+                    continue
+                block = block[nl + 1:]
+                skipping = False
+            cut = block.rfind(b"\n")
+            if cut < 0:
+                pending += block
+                if len(pending) > MAX_LINE:
+                    yield pending[:MAX_LINE].decode("utf-8", "replace"), True
+                    pending = b""
+                    skipping = True
+                continue
+            chunk = pending + block[:cut]
+            pending = block[cut + 1:]
+            yield chunk.decode("utf-8", "replace")
+            if len(pending) > MAX_LINE:
+                yield pending[:MAX_LINE].decode("utf-8", "replace"), True
+                pending = b""
+                skipping = True
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        src.warnings.append(f"input ends early (truncated or corrupt gzip: {exc}); analyzed what was readable")
+    except OSError as exc:
+        src.warnings.append(f"read error after {src.lines} lines: {exc}; analyzed what was readable")
+    if pending:
+        yield pending.decode("utf-8", "replace"), False
+
+
+def plain_raw(src: Source) -> bool:
+    """Whether a source's lines may take the fast path (triage.py): a file (not standard input, which cannot be
+    read twice) whose start is neither binary nor a paste that paste.py rewrites (detected on the same head)."""
+    if not src.fast or src.real is None or src.binary is not None or src.skipped is not None:
+        return False
+    stream = open_binary(src)
+    try:
+        probe = Source(path=src.path, real=src.real)
+        _head, _rest, plan = paste.detect(read_text_lines(stream, probe, sniff=False))
+    finally:
+        stream.close()
+    return plan is None
 
 
 def clean_line(b: bytes, src: Source, lineno: int) -> Line:

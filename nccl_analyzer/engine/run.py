@@ -186,6 +186,10 @@ class Matcher:
                 self._by_kind[kind] = got  # type: ignore[assignment]
         return got  # type: ignore[return-value]
 
+    def reads(self, kind: str) -> bool:
+        """Whether any rule selector accepts events of ``kind``."""
+        return bool(self._slots_for(kind))
+
     def add(self, ev: Event) -> None:
         """Test one event against every selector whose kind glob accepts it."""
         self.seq += 1

@@ -145,8 +145,9 @@ _IBDEV_RE = re.compile(r"\[(?P<idx>\d+)\](?P<name>[^:\s]+)(?::(?P<port>\d+))?(?:
 _TREE_ENTRY_RE = re.compile(r"\[(\d+)\] ([-\d/]+)->(-?\d+)->([-\d/]+)")
 _PXN_GDR_RE = re.compile(r"PXN (\d+) GDR (\d+)")
 # NCCL prints socket addresses as "addr<port>" (IPv4, IPv6 with %scope, or a host name).
-# Bounded: an unbounded run before "<" is quadratic on a 64 KiB line without spaces (found by benchmarks/fuzz.py).
-_PEER_RE = re.compile(r"([^\s<>(),;]{1,256}<\d+>)")
+# Bounded, and starting only where an address can start (the lookbehind): otherwise a long run of other characters
+# is re-scanned from every position, quadratic in line length (a 60k-character WARN took 28x a 6k one).
+_PEER_RE = re.compile(r"(?<![^\s<>(),;])([^\s<>(),;]{1,256}<\d+>)")
 _RAS_TIMEOUT_RE = re.compile(r"(keep-alive|init) timeout (error|warning) \((\d+)s\)")
 
 
@@ -730,8 +731,11 @@ def _warn_body(body: str) -> Parsed:
 # to Lark. Correctness never depends on the map: it is only used after it reproduced a real parse.
 # One pass gives shape and tokens. No look-around (it doubles the cost); digits inside words ("eth0") become
 # tokens too, which only makes the shape more general: the sentinel probe says what they mean.
-_NUM_SPLIT_RE = re.compile(r"(0x[0-9a-fA-F]+|\d+)")
-_SENTINEL_RE = re.compile(r"7\d{6}")
+# A number token is a hex-looking word with a digit in it ("2a000" bus ids, "11f" opCounts), so that bodies that
+# differ only in such values share one shape; what a token means is still traced by the probes.
+_NUM_SPLIT_RE = re.compile(r"(0x[0-9a-fA-F]+|[0-9a-fA-F]*\d[0-9a-fA-F]*)")
+# A hex token's sentinel ("0x7000002") is matched whole, so a pointer field rebuilds from its token.
+_SENTINEL_RE = re.compile(r"(?:0x)?7\d{6}")
 _UNCACHEABLE = object()
 
 
@@ -739,19 +743,36 @@ def _sentinel(i: int, tok: str) -> str:
     return ("0x7%06d" if tok.startswith("0x") else "7%06d") % i
 
 
-def _leaf_template(real: Any, probe: Any, sentinels: dict[str, int]) -> Any:
+def _leaf_template(real: Any, probe: Any, sentinels: dict[str, int], nums: list[str] | None = None) -> Any:
     """How to rebuild one field value: ("const", v), ("str"|"int"|"float", fmt with {i}), ("hex", i),
-    ("list"/"dict", children); _UNCACHEABLE when the value depends on the numbers in an untraceable way."""
+    ("derived", name, i), ("list"/"dict", children); _UNCACHEABLE when the value depends on the numbers in an
+    untraceable way."""
     if isinstance(real, (list, tuple)):
         if not isinstance(probe, (list, tuple)) or len(real) != len(probe):
             return _UNCACHEABLE
-        kids = [_leaf_template(a, b, sentinels) for a, b in zip(real, probe)]
+        kids = [_leaf_template(a, b, sentinels, nums) for a, b in zip(real, probe)]
         return _UNCACHEABLE if any(k is _UNCACHEABLE for k in kids) else ("list", kids, type(real))
     if isinstance(real, dict):
         if not isinstance(probe, dict) or real.keys() != probe.keys():
             return _UNCACHEABLE
-        kids = {k: _leaf_template(real[k], probe[k], sentinels) for k in real}
+        kids = {k: _leaf_template(real[k], probe[k], sentinels, nums) for k in real}
         return _UNCACHEABLE if any(v is _UNCACHEABLE for v in kids.values()) else ("dict", kids)
+    tpl = _scalar_template(real, probe, sentinels)
+    if tpl is _UNCACHEABLE and nums:
+        # A value computed from one token (a PCI address from a busId, a flag from "1"): the same function of
+        # that token gives both the real and the probe value.
+        by_index = {i: tok for tok, i in sentinels.items()}
+        for name, fn in _DERIVED.items():
+            for i, tok in enumerate(nums):
+                try:
+                    if fn(tok) == real and fn(by_index[i]) == probe and type(fn(tok)) is type(real):
+                        return ("derived", name, i)
+                except (ValueError, TypeError, KeyError):
+                    continue
+    return tpl
+
+
+def _scalar_template(real: Any, probe: Any, sentinels: dict[str, int]) -> Any:
     if isinstance(probe, bool) or probe is None or not isinstance(probe, (str, int, float)):
         return ("const", real) if real == probe else _UNCACHEABLE
     text = str(probe)
@@ -759,6 +780,8 @@ def _leaf_template(real: Any, probe: Any, sentinels: dict[str, int]) -> Any:
         hex_key = "0x7%06d" % (int("%x" % probe) - 7000000) if "%x" % probe in _HEX_SENTINELS else None
         if hex_key in sentinels:
             return ("hex", sentinels[hex_key])
+        if "%x" % probe in sentinels:  # a token without 0x read as hex ("opCount 11f")
+            return ("hex", sentinels["%x" % probe])
     if not _SENTINEL_RE.search(text):
         return ("const", real) if real == probe else _UNCACHEABLE
     unknown = [m for m in _SENTINEL_RE.findall(text) if m not in sentinels]
@@ -769,6 +792,12 @@ def _leaf_template(real: Any, probe: Any, sentinels: dict[str, int]) -> Any:
 
 
 _HEX_SENTINELS = frozenset("7%06d" % i for i in range(1000))
+#: Functions of one number token that parsers use to compute a field (tried when a field is not the token).
+_DERIVED: dict[str, Any] = {
+    "pci_bus_id": lambda tok: pci_bus_id(tok),
+    "is_one": lambda tok: tok == "1",
+    "not_zero": lambda tok: tok != "0",
+}
 
 
 def _build(tpl: Any, nums: list[str]) -> Any:
@@ -783,6 +812,8 @@ def _build(tpl: Any, nums: list[str]) -> Any:
         return float(tpl[1].format(*nums))
     if tag == "hex":
         return int(nums[tpl[1]], 16)
+    if tag == "derived":
+        return _DERIVED[tpl[1]](nums[tpl[2]])
     if tag == "list":
         return tpl[2](_build(k, nums) for k in tpl[1])
     return {k: _build(v, nums) for k, v in tpl[1].items()}
@@ -869,27 +900,28 @@ def _parse_shaped(level: str, body: str) -> Parsed:
     return builder.build(body, nums)
 
 
-def _learn_shape(level: str, body: str, nums: list[str], real: Parsed) -> Any:
+def _learn_shape(level: str, body: str, nums: list[str], real: Parsed, parse: Any = None) -> Any:
     """A _FieldsBuilder for ``body``'s shape, or _UNCACHEABLE.
 
     Two probes: every token replaced by a unique sentinel (shows where each value comes from), and every
     token replaced by 1 (catches values derived from a token that happen to equal the sentinel's, such as
     a flag ``count > 0``). A field is constant only if all three parses agree on it.
     """
+    parse = parse or _uncached_body  # parse(level, body) -> Parsed (parse/torch.py passes its own)
     sentinels = {_sentinel(i, tok): i for i, tok in enumerate(nums)}
-    probe = _uncached_body(level, _NUM_SPLIT_RE.sub(_Counter(nums), body))
-    ones = _uncached_body(level, _NUM_SPLIT_RE.sub(_one, body))
-    if probe[0] != real[0]:
+    probe = parse(level, _NUM_SPLIT_RE.sub(_Counter(nums), body))
+    ones = parse(level, _NUM_SPLIT_RE.sub(_one, body))
+    if probe is None or probe[0] != real[0]:
         return _UNCACHEABLE
-    rank_tpl = _leaf_template(real[1], probe[1], sentinels)
+    rank_tpl = _leaf_template(real[1], probe[1], sentinels, nums)
     real_fields = {k: v for k, v in real[2].items() if k != "msg"}
-    fields_tpl = _leaf_template(real_fields, {k: v for k, v in probe[2].items() if k != "msg"}, sentinels)
+    fields_tpl = _leaf_template(real_fields, {k: v for k, v in probe[2].items() if k != "msg"}, sentinels, nums)
     if rank_tpl is _UNCACHEABLE or fields_tpl is _UNCACHEABLE:
         return _UNCACHEABLE
     candidate = _FieldsBuilder(real[0], rank_tpl, fields_tpl[1], list(real[2]))
     if candidate.build(body, nums) != real:
         return _UNCACHEABLE
-    if ones[0] == real[0]:
+    if ones is not None and ones[0] == real[0]:
         ones_nums = ["0x1" if tok.startswith("0x") else "1" for tok in nums]
         ones_body = _NUM_SPLIT_RE.sub(_one, body)
         if candidate.build(ones_body, ones_nums) != ones:
@@ -943,7 +975,7 @@ def _uncached_body(level: str, body: str) -> Parsed:
 class NcclParser:
     """Per-stream NCCL line parser (ARCHITECTURE.md "Parser contract")."""
 
-    __slots__ = ("_pending", "_pending_left", "compact", "compacted", "_chatter_seen", "_chatter_last")
+    __slots__ = ("_pending", "_pending_left", "compact", "compacted", "_chatter_seen", "_chatter_last", "chatter_src")
 
     def __init__(self, compact: bool = False) -> None:
         """Args:
@@ -957,7 +989,9 @@ class NcclParser:
         self.compact = compact
         self.compacted = 0
         self._chatter_seen: set[tuple] = set()
-        self._chatter_last: dict[tuple, Line] = {}  # (host, pid) -> last chatter line not turned into an event
+        # (host, pid) -> last chatter line not turned into an event: a Line, or (lineno, text) from triage.py
+        self._chatter_last: dict[tuple, Any] = {}
+        self.chatter_src: Any = None  # the Source whose path/rank a (lineno, text) entry has (set by triage.py)
 
     def feed(self, line: Line) -> list[Event] | None:
         """Events for ``line``; None when it is not an NCCL line, [] while a multi-line WARN is open."""
@@ -1025,7 +1059,10 @@ class NcclParser:
         each process (end of input: "the last thing rank 3 did was connect channel 5 via P2P/IPC")."""
         out = [self._close()] if self._pending is not None else []
         if self._chatter_last:
-            last = sorted(self._chatter_last.values(), key=lambda ln: ln.lineno)
+            src = self.chatter_src
+            last = sorted((ln if isinstance(ln, Line) else
+                           Line(src.path, ln[0], ln[1], ln[1], src.rank, src.local_rank, None, False)
+                           for ln in self._chatter_last.values()), key=lambda ln: ln.lineno)
             self._chatter_last.clear()
             compact, self.compact = self.compact, False
             for line in last:

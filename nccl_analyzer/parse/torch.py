@@ -25,6 +25,7 @@ from lark.exceptions import LarkError, VisitError
 
 from ..model import Event, Line
 from ..resources import parser_cache, read_grammar
+from . import nccl as _nccl_shape
 
 MAX_BLOCK_LINES = 200  # lines kept in fields["lines"] of one multi-line event
 _IDLE_LINES = 400  # an unfinished traceback that saw nothing for this many input lines is closed
@@ -720,11 +721,55 @@ def classify_body(body: str) -> tuple[str, dict] | None:
         return _body_cache[body]
     except KeyError:
         pass
-    result = _classify_uncached(body)
+    result = _classify_shaped(body)
     if len(_body_cache) >= _CACHE_MAX:
         _body_cache.clear()
     _body_cache[body] = result
     return result
+
+
+# Shape cache (the same scheme as parse/nccl.py's, whose code it reuses): ranks print the same messages with
+# other numbers ("[Rank 503] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5021, ..."); a shape
+# whose fields a probe parse could trace to its number tokens, and that reproduced the real parse, is rebuilt
+# without Lark. Anything else is parsed.
+_SHAPES: dict[str, object] = {}
+
+
+def _as_parsed(res: tuple[str, dict] | None) -> tuple[str, None, dict] | None:
+    return None if res is None else (res[0], None, res[1])
+
+
+def _classify_shaped(body: str, parse: Any = None, shapes: dict[str, object] = _SHAPES) -> tuple[str, dict] | None:
+    """``parse(body)`` (default: _classify_uncached) through the shape cache ``shapes``."""
+    parse = parse or _classify_uncached
+    parts = _nccl_shape._NUM_SPLIT_RE.split(body)
+    nums = parts[1::2]
+    if not nums or len(nums) > 999:
+        return parse(body)
+    shape = "\x00".join(parts[::2])
+    builder = shapes.get(shape)
+    if builder is None:
+        real = parse(body)
+        if real is None:
+            return None
+        builder = _nccl_shape._learn_shape("TORCH", body, nums, (real[0], None, dict(real[1])),
+                                           lambda _level, text: _as_parsed(parse(text)))
+        if len(shapes) >= _CACHE_MAX:
+            shapes.clear()
+        shapes[shape] = builder
+        return real
+    if builder is _nccl_shape._UNCACHEABLE:
+        return parse(body)
+    kind, _, fields = builder.build(body, nums)
+    return kind, fields
+
+
+_FF_SHAPES: dict[str, object] = {}
+
+
+def _failure_field(text: str) -> tuple[str, dict] | None:
+    """One torchelastic failure-block line ("  exitcode  : -6 (pid: 4242)") through its own shape cache."""
+    return _classify_shaped(text, lambda t: _lark_parse(_lark_torch(), t, "failure_field"), _FF_SHAPES)
 
 
 def _classify_uncached(body: str, depth: int = 0) -> tuple[str, dict] | None:
@@ -1554,7 +1599,7 @@ def _child_entries(lines: list[str]) -> list[dict]:
         if _BORDER.match(t):
             cur = None
             continue
-        res = _lark_parse(_lark_torch(), t.rstrip(), "failure_field") if t.startswith(("[", "  ")) else None
+        res = _failure_field(t.rstrip()) if t.startswith(("[", "  ")) else None
         if res is not None and res[0] == "ff":
             f = res[1]
             if "index" in f:

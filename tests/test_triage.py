@@ -1,0 +1,157 @@
+"""The block triage (triage.py) gives exactly what the per-line path gives: same verdict, evidence, events and
+line numbers; its inert shapes type to the kind they claim; and it leaves alone what it must not skip."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nccl_analyzer import triage
+from nccl_analyzer.analysis import Analyzer
+from nccl_analyzer.parse.nccl import PREFIX_RE, parse_body
+from nccl_analyzer.sources import expand_inputs, iter_source
+
+ROOT = Path(__file__).resolve().parent.parent
+FIX = ROOT / "fixtures"
+
+
+def _fixture_logs() -> list[Path]:
+    out = []
+    for p in sorted(FIX.rglob("*")):
+        rel = p.relative_to(FIX).parts
+        if p.is_file() and rel[0] != "blind" and p.suffix in (".txt", ".log") and p.name != "README.md":
+            out.append(p)
+    return out
+
+
+def _info_bodies() -> list[str]:
+    bodies = []
+    for p in _fixture_logs():
+        for line in p.read_text(encoding="utf-8", errors="replace").splitlines():
+            m = PREFIX_RE.match(line)
+            if m and m["level"] == "INFO" and m["body"]:
+                bodies.append(m["body"])
+    return bodies
+
+
+BODIES = _info_bodies()
+
+
+@pytest.mark.parametrize("kind,shape", triage.INERT_SHAPES, ids=[k for k, _ in triage.INERT_SHAPES])
+def test_inert_shape_types_to_its_kind(kind, shape):
+    rx = re.compile(f"(?:{shape}) *")
+    hits = [b for b in BODIES if rx.fullmatch(b)]
+    assert hits, f"no fixture line has the shape of {kind}: the shape is not backed by a real line"
+    wrong = [(b, parse_body("INFO", b)[0]) for b in hits if parse_body("INFO", b)[0] != kind]
+    assert not wrong, wrong[:5]
+
+
+def _per_line(paths: list[str]) -> dict:
+    """The diagnosis through the per-line path only (Analyzer.feed), as the live pipe reads."""
+    a = Analyzer()
+    srcs = expand_inputs(paths)
+    a.add_sources(srcs)
+    for src in srcs:
+        for line in iter_source(src):
+            a.feed(line)
+        a.flush(src.path)
+    return a.finish().to_dict()
+
+
+def _triaged(paths: list[str]) -> dict:
+    a = Analyzer()
+    srcs = expand_inputs(paths)
+    a.add_sources(srcs)
+    for src in srcs:
+        a.run_source(src)
+    return a.finish().to_dict()
+
+
+def _same(a: dict, b: dict) -> None:
+    a, b = dict(a), dict(b)
+    sa, sb = a.pop("stats"), b.pop("stats")
+    assert json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
+    assert sa["lines"] == sb["lines"]
+
+
+CASES = sorted({p.parent for p in _fixture_logs() if (p.parent / "label.json").exists()
+                and "NCCL INFO" in p.read_text(encoding="utf-8", errors="replace")})
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_triage_equals_per_line_path(case):
+    paths = [str(case)]
+    _same(_triaged(paths), _per_line(paths))
+
+
+def test_triage_skips_most_of_a_real_multi_rank_log(tmp_path):
+    log = tmp_path / "job.log"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "real_log.py"), "--ranks", "24", "--steps", "30",
+                    "-o", str(log)], check=True, capture_output=True)
+    fast, slow = _triaged([str(log)]), _per_line([str(log)])
+    _same(fast, slow)
+    assert fast["root_cause"]["id"] == "cuda_oom" and fast["root_cause"]["ranks"] == [15]
+    lines = fast["stats"]["lines"]
+    assert fast["stats"]["counted"] > lines // 3, fast["stats"]  # the inert shapes never left the regex engine
+
+
+def test_lines_the_full_path_would_rewrite_are_not_skipped(tmp_path):
+    # A wrapper prefix, an escape, a cut prefix, a WARN whose text continues on the next (inert-looking) line:
+    # all of them must reach the parsers, and the result must equal the per-line path.
+    body = "channel.cc:42 Cuda Alloc Size 608 pointer 0x7f48216ab000"
+    text = "\n".join([
+        f"vm:1:1 [0] NCCL INFO {body}",
+        f"[rank3]: vm:2:2 [1] NCCL INFO {body}",
+        f"\x1b[31mvm:3:3 [2] NCCL INFO {body}\x1b[0m",
+        "vm:4:4 [3] NCCL INFO ncclCommInitRankConfig comm 0x1 rank 3 nranks 4 cudaDev 3 nvmlDev 3 busId 4000 "
+        "commId 0x9 - Init START",
+        "vm:4:4 [3] transport/nvls.cc:143 NCCL WARN Failed to bind NVLink SHARP (NVLS) Multicast memory of size "
+        "1 : CUDA error 1 'invalid argument'.",
+        f"vm:4:4 [3] NCCL INFO {body}",
+        "vm:4:4 [3] NCCL INFO  5 : GPU/3-4000",
+        "",
+    ])
+    p = tmp_path / "x.log"
+    p.write_text(text)
+    _same(_triaged([str(p)]), _per_line([str(p)]))
+    d = _triaged([str(p)])
+    assert d["stats"]["counted"] <= 2  # only the two plain lines after the WARN's continuation could be
+
+
+def test_parallel_equals_sequential(tmp_path):
+    from nccl_analyzer import analysis, parallel
+
+    log = tmp_path / "job.log"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "real_log.py"), "--ranks", "64", "--steps", "40",
+                    "-o", str(log)], check=True, capture_output=True)
+    old = parallel.MIN_CHUNK_BYTES, parallel.MIN_PARALLEL_BYTES
+    parallel.MIN_CHUNK_BYTES, parallel.MIN_PARALLEL_BYTES = 1 << 20, 0
+    try:
+        par = analysis.analyze([str(log)], workers=2).to_dict()
+    finally:
+        parallel.MIN_CHUNK_BYTES, parallel.MIN_PARALLEL_BYTES = old
+    seq = analysis.analyze([str(log)], workers=1).to_dict()
+    assert par["root_cause"] == seq["root_cause"]
+    assert [f["rule"] for f in par["findings"]] == [f["rule"] for f in seq["findings"]]
+
+
+def test_small_blocks_same_result(tmp_path, monkeypatch):
+    # Many blocks: the block mode (collective calls counted inside the regex engine, the last one per process
+    # looked up afterwards) and the state carried across blocks must give what the per-line path gives.
+    from nccl_analyzer import sources
+
+    log = tmp_path / "job.log"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "real_log.py"), "--ranks", "16", "--steps", "60",
+                    "-o", str(log)], check=True, capture_output=True)
+    slow = _per_line([str(log)])
+    monkeypatch.setattr(sources, "BLOCK", 1 << 13)
+    used = []
+    real = triage._last_calls
+    monkeypatch.setattr(triage, "_last_calls", lambda t, procs: used.append(len(procs)) or real(t, procs))
+    fast = _triaged([str(log)])
+    _same(fast, slow)
+    assert len(used) > 10, "the block mode never engaged"
