@@ -42,7 +42,7 @@ MODULES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 #: The fast selection: in-process tests that drive these modules (no torchrun, no subprocess, no browser).
 TESTS = (
     "tests/test_root_selection.py",
-    "tests/test_exit_status.py",
+    "tests/test_exit_mapping.py",
     "tests/test_diagnose.py",
     "tests/test_engine.py",
     "tests/test_rules.py",
