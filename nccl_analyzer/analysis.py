@@ -324,7 +324,8 @@ def analyze(specs: Inputs, rules_dirs: Inputs = (), stdin_name: str = "-",
             only some are, they are skipped with a warning in ``Diagnosis.warnings``).
         RuleError: an invalid rule file.
     """
-    sources, dumps = split_dumps(as_specs(specs), expand_inputs(as_specs(specs), stdin_name=stdin_name))
+    specs = as_specs(specs)  # once: a generator can be read only once
+    sources, dumps = split_dumps(specs, expand_inputs(specs, stdin_name=stdin_name))
     rules_dirs = as_specs(rules_dirs)
     for src in sources:
         sniff_source(src)

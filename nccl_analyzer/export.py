@@ -21,7 +21,7 @@ CSV_COLUMNS = ("kind", "path", "line", "end_line", "host", "pid", "tid", "rank",
 def iter_events(specs: Inputs, *, keep_text: bool = True, stdin_name: str = "-") -> Iterator[Event]:
     """Events of all inputs, streaming, in input order within each input (one parser state per input); the
     ``flight.*`` events of Flight Recorder dumps (given, or named by the log) come last."""
-    sources, dumps = split_sources(as_specs(specs), expand_inputs(as_specs(specs), stdin_name=stdin_name))
+    sources, dumps = split_sources(*_specs_and_sources(specs, stdin_name))
     yield from _with_flight(_iter_source_events(sources, keep_text), dumps)
 
 
@@ -34,6 +34,12 @@ def _with_flight(events: Iterable[Event], dumps: list[str]) -> Iterator[Event]:
     got = analyze_dumps(dumps, pointers)
     if got is not None:
         yield from got[3]
+
+
+
+def _specs_and_sources(specs: Inputs, stdin_name: str):
+    specs = as_specs(specs)  # once: a generator can be read only once
+    return specs, expand_inputs(specs, stdin_name=stdin_name)
 
 
 def _selected(events: Iterable[Event], kinds: tuple[str, ...]) -> Iterator[Event]:
@@ -85,7 +91,7 @@ def write_events(specs: Inputs, *, fmt: str, out: IO[str], kinds: tuple[str, ...
     Big inputs are parsed and encoded in worker processes, in byte ranges whose output is written in input
     order (not with --redact: its name mapping must be learned in one pass to stay consistent).
     """
-    sources, dumps = split_sources(as_specs(specs), expand_inputs(as_specs(specs), stdin_name=stdin_name))
+    sources, dumps = split_sources(*_specs_and_sources(specs, stdin_name))
     workers = parallel.worker_count() if workers is None else workers
     if fmt == "csv":
         csv.writer(out, lineterminator="\n").writerow(CSV_COLUMNS)

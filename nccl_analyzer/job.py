@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from .model import Event, Evidence, JobModel, RankInfo
-from .stage import StageTracker
+from .stage import KIND_PREFIX_STAGE, KIND_STAGE, StageTracker
 
 #: Entries kept per rank timeline, and pids remembered before their rank is known.
 TIMELINE_CAP = 64
@@ -139,6 +139,9 @@ class JobBuilder:
     def reads(kind: str) -> bool:
         """Whether events of ``kind`` change the model beyond being counted (triage.py skips the others)."""
         if kind in _HANDLERS or kind.startswith(ERROR_KINDS_PREFIX) or kind.startswith(_TIMELINE_KINDS):
+            return True
+        # The per-rank stage (stage.py) moves on topology, channel and ring/tree lines too.
+        if kind in KIND_STAGE or any(kind.startswith(prefix) for prefix, _ in KIND_PREFIX_STAGE):
             return True
         return any(kind.startswith(prefix) for prefix, _ in _PREFIX_HANDLERS)
 

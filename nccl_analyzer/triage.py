@@ -64,6 +64,7 @@ _COLL_RE = re.compile(_COLL)
 # Chatter kinds that, when all inert, leave collective calls as the only chatter a block can hold.
 _OTHER_CHATTER = frozenset({"nccl.ring", "nccl.tree", "nccl.trees", "nccl.channel"})
 _TAIL = 1 << 16
+_OTHER_RE = re.compile(r"\n" + _PLAIN_HEAD + "(?:" + "|".join(rx for kind, rx in INERT_SHAPES if kind in _OTHER_CHATTER) + ")")
 
 
 def _pattern(inert: frozenset[str], skip_coll: bool = False) -> re.Pattern[str]:
@@ -120,7 +121,10 @@ def scan(stream, src: Source, es: EventStream, inert: frozenset[str], emit: Call
     """Read a binary ``stream`` of ``src`` in blocks, feed the lines that can matter to ``es`` (line numbers from
     ``lineno + 1``) and pass their events to ``emit``; ``progress(lines)`` after each block."""
     rx_all = _compiled(inert, False)
-    rx_skip = _compiled(inert, True) if _OTHER_CHATTER <= inert else None
+    # Block mode needs a block whose only chatter is collective calls: with the other chatter kinds inert that holds
+    # for every block; else (the job model's stage tracking reads rings/trees/channels) it is checked per block.
+    rx_skip = _compiled(inert, True)
+    other = None if _OTHER_CHATTER <= inert else _OTHER_RE
     nccl = es._nccl
     nccl.chatter_src = src
     seen = nccl._chatter_seen
@@ -149,7 +153,7 @@ def scan(stream, src: Source, es: EventStream, inert: frozenset[str], emit: Call
         base = lineno
         calls = None
         rx = rx_all
-        if rx_skip is not None and nccl._pending is None and nccl.compact and t.find(" via ") < 0:
+        if nccl._pending is None and nccl.compact and t.find(" via ") < 0 and (other is None or other.search(t) is None):
             # Block mode: when every collective-call line of this block repeats a (process, call) already seen
             # and no other chatter can be here, the calls never leave the regex engine either; afterwards only
             # the last call of each process is looked up (what the per-line path would keep).

@@ -11,6 +11,7 @@ from nccl_analyzer.render import render
 # What CONTRACT.md's JSON looks like for a small hand-built diagnosis: keys sorted at every level, two-space
 # indent, one trailing newline. Written out by hand (not computed the way render/json.py computes it).
 SMALL_JSON = """{
+  "dismissed": [],
   "findings": [],
   "inputs": [
     {
@@ -87,7 +88,7 @@ def _sorted_pairs(pairs):
 def test_json_is_to_dict_sorted_indented():
     d = rs.duplicate_gpu()
     out = render(d, "json")
-    assert out.endswith("}\n") and not out.endswith("\n\n") and out.startswith('{\n  "findings": [')
+    assert out.endswith("}\n") and not out.endswith("\n\n") and out.startswith('{\n  "dismissed": [],\n  "findings": [')
     data = json.loads(out, object_pairs_hook=_sorted_pairs)  # keys sorted in every object
     assert data == json.loads(json.dumps(d.to_dict()))
     assert data["schema"] == "nccl-analyzer/diagnosis/v1"

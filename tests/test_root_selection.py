@@ -294,7 +294,7 @@ def test_story_names_torchruns_first_observed_failure_as_a_victim():
     rc = analyze([str(ROOT / "fixtures" / "cases" / "cpu_gloo_rank3_sleeps")]).root_cause
     assert rc.ranks == (3,)
     assert rc.explanation.endswith(" The failure started on rank 3 (localhost). Ranks 0-2 then failed as a "
-                                   "consequence (other, peer_exit); those are cascade, not causes. torchrun's "
+                                   "consequence (peer_exit); those are cascade, not causes. torchrun's "
                                    "'first observed failure' (rank 0) is a victim, not the cause."), rc.explanation
 
 
@@ -398,4 +398,4 @@ def test_consequences_on_the_culprits_own_ranks_are_symptoms():
     assert roles["elastic-sigterm-teardown"] == ("symptom", (0,))      # a subset of the culprit ranks
     assert roles["elastic-child-failed"] == ("symptom", (0, 1))       # exactly the culprit ranks
     assert rc.explanation.endswith(" The failure started on ranks 0, 1 (vm). The other errors in the log "
-                                   "(invalid_usage, other, peer_exit) follow from it."), rc.explanation[-200:]
+                                   "(invalid_usage, peer_exit) follow from it."), rc.explanation[-200:]

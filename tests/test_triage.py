@@ -96,7 +96,9 @@ def test_triage_skips_most_of_a_real_multi_rank_log(tmp_path):
     _same(fast, slow)
     assert fast["root_cause"]["id"] == "cuda_oom" and fast["root_cause"]["ranks"] == [15]
     lines = fast["stats"]["lines"]
-    assert fast["stats"]["counted"] > lines // 3, fast["stats"]  # the inert shapes never left the regex engine
+    # the inert shapes (allocations, topology links/paths, RAS) never left the regex engine; rings, trees and
+    # channels go the full way (the per-rank stage reads them)
+    assert fast["stats"]["counted"] > lines // 6, fast["stats"]
 
 
 def test_lines_the_full_path_would_rewrite_are_not_skipped(tmp_path):

@@ -897,7 +897,13 @@ def _parse_shaped(level: str, body: str) -> Parsed:
     if builder is _UNCACHEABLE:
         kind, rank, fields = parse_body(level, body)
         return kind, rank, dict(fields)
-    return builder.build(body, nums)
+    try:
+        return builder.build(body, nums)
+    except (ValueError, IndexError, KeyError):
+        # A token of the same shape that is not what the template learnt (``1e309`` where an int was): the cache
+        # is only a shortcut, the full parse decides.
+        kind, rank, fields = parse_body(level, body)
+        return kind, rank, dict(fields)
 
 
 def _learn_shape(level: str, body: str, nums: list[str], real: Parsed, parse: Any = None) -> Any:

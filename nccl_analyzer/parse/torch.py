@@ -760,7 +760,10 @@ def _classify_shaped(body: str, parse: Any = None, shapes: dict[str, object] = _
         return real
     if builder is _nccl_shape._UNCACHEABLE:
         return parse(body)
-    kind, _, fields = builder.build(body, nums)
+    try:
+        kind, _, fields = builder.build(body, nums)
+    except (ValueError, IndexError, KeyError):  # a token the template did not learn: the full parse decides
+        return parse(body)
     return kind, fields
 
 
