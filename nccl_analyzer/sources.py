@@ -282,11 +282,32 @@ BLOCK = 1 << 20
 
 
 def read_text_lines(stream: BinaryIO, src: Source, sniff: bool = True) -> Iterator[tuple[str, bool]]:
-    """Yield (decoded line without newline, truncated) reading 1 MiB blocks: bounded memory, fast.
+    """Yield (decoded line without newline, truncated) reading 1 MiB blocks (``read_text_blocks``): bounded
+    memory, fast. Lines over ``MAX_LINE`` are cut and counted (``Source.note_cut``); ``sniff`` as there."""
+    n = 0  # lines yielded so far (for the cut-line warning)
+    for item in read_text_blocks(stream, src, sniff):
+        if item.__class__ is str:
+            for s in item.split("\n"):  # type: ignore[union-attr]
+                n += 1
+                if len(s) > MAX_LINE:
+                    src.note_cut(n)
+                    yield s[:MAX_LINE], True
+                else:
+                    yield s, False
+        else:
+            n += 1
+            if item[1]:
+                src.note_cut(n)
+            yield item  # type: ignore[misc]
+
+
+def read_text_blocks(stream: BinaryIO, src: Source, sniff: bool = False) -> Iterator[str | tuple[str, bool]]:
+    """Decoded input in 1 MiB pieces: a ``str`` of whole lines (joined by newlines, no final one; a line in it
+    may be longer than MAX_LINE: the reader cuts it), or a ``(line, truncated)`` tuple for the head of a line
+    longer than a block and for a last line without newline. Bounded memory.
 
     With ``sniff`` the first block is checked for binary content (``sniff_binary``): ``binary`` is set (the
-    lines are still read: a log may follow junk); an ELF file yields nothing and gets ``skipped``. Lines over ``MAX_LINE`` are cut and counted
-    (``Source.note_cut``).
+    lines are still read: a log may follow junk); an ELF file yields nothing and gets ``skipped``.
 
     Decoding a whole block at once is several times cheaper than per line; blocks are cut after their last
     newline so no UTF-8 sequence is split (a newline byte is never inside a multi-byte sequence).
@@ -295,7 +316,6 @@ def read_text_lines(stream: BinaryIO, src: Source, sniff: bool = True) -> Iterat
     read = getattr(stream, "read1", stream.read)
     pending = b""  # start of a line whose end is not read yet (at most MAX_LINE bytes kept)
     skipping = False  # inside an over-long line whose head was already yielded
-    n = 0  # lines yielded so far (for the cut-line warning)
     first = sniff
     late: BaseException | None = None  # a read error met while topping up the first block, raised after it
     try:
@@ -319,62 +339,6 @@ def read_text_lines(stream: BinaryIO, src: Source, sniff: bool = True) -> Iterat
                 _mark_binary(src, sniff_binary(block))
                 if src.skipped is not None:
                     return
-            if skipping:
-                nl = block.find(b"\n")
-                if nl < 0:
-                    continue
-                block = block[nl + 1:]
-                skipping = False
-            cut = block.rfind(b"\n")
-            if cut < 0:
-                pending += block
-                if len(pending) > MAX_LINE:
-                    n += 1
-                    src.note_cut(n)
-                    yield pending[:MAX_LINE].decode("utf-8", "replace"), True
-                    pending = b""
-                    skipping = True
-                continue
-            chunk = pending + block[:cut]
-            pending = block[cut + 1:]
-            for s in chunk.decode("utf-8", "replace").split("\n"):
-                n += 1
-                if len(s) > MAX_LINE:
-                    src.note_cut(n)
-                    yield s[:MAX_LINE], True
-                else:
-                    yield s, False
-            if len(pending) > MAX_LINE:
-                n += 1
-                src.note_cut(n)
-                yield pending[:MAX_LINE].decode("utf-8", "replace"), True
-                pending = b""
-                skipping = True
-    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
-        src.warnings.append(f"input ends early (truncated or corrupt gzip: {exc}); analyzed what was readable")
-    except OSError as exc:
-        src.warnings.append(f"read error after {src.lines} lines: {exc}; analyzed what was readable")
-    if pending:
-        yield pending.decode("utf-8", "replace"), False
-
-
-def read_text_blocks(stream: BinaryIO, src: Source) -> Iterator[str | tuple[str, bool]]:
-    """Decoded input in 1 MiB pieces: a ``str`` of whole lines (joined by newlines, no final one; a line in it
-    may be longer than MAX_LINE: the reader cuts it), or a ``(line, truncated)`` tuple for the head of a line
-    longer than a block and for a last line without newline. Bounded memory.
-
-    Decoding a whole block at once is several times cheaper than per line; blocks are cut after their last
-    newline so no UTF-8 sequence is split (a newline byte is never inside a multi-byte sequence).
-    """
-    # read1: one decompression/IO step per call, so a truncated gzip loses only its last step's bytes.
-    read = getattr(stream, "read1", stream.read)
-    pending = b""  # start of a line whose end is not read yet (at most MAX_LINE bytes kept)
-    skipping = False  # inside an over-long line whose head was already yielded
-    try:
-        while True:
-            block = read(BLOCK)
-            if not block:
-                break
             if skipping:
                 nl = block.find(b"\n")
                 if nl < 0:
