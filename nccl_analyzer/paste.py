@@ -523,7 +523,9 @@ def _unglue(text: str, hosts: frozenset[str] = frozenset()) -> list[str] | None:
     if text.count(" NCCL ") > 1:
         i = text.find(" NCCL ")
         while i >= 0:
-            m = _HEAD_BEFORE.search(text, 0, i)
+            # the head ends right before " NCCL " and is short: look only there (a search from 0 for every
+            # " NCCL " of a 64 KiB line was quadratic: found by benchmarks/fuzz.py)
+            m = _HEAD_BEFORE.search(text, max(0, i - 512), i)
             if m is not None and m.start() > 0:
                 host = m.group(1)
                 start = m.start()
