@@ -925,13 +925,16 @@ def _learn_shape(level: str, body: str, nums: list[str], real: Parsed, parse: An
     if rank_tpl is _UNCACHEABLE or fields_tpl is _UNCACHEABLE:
         return _UNCACHEABLE
     candidate = _FieldsBuilder(real[0], rank_tpl, fields_tpl[1], list(real[2]))
-    if candidate.build(body, nums) != real:
-        return _UNCACHEABLE
-    if ones is not None and ones[0] == real[0]:
-        ones_nums = ["0x1" if tok.startswith("0x") else "1" for tok in nums]
-        ones_body = _NUM_SPLIT_RE.sub(_one, body)
-        if candidate.build(ones_body, ones_nums) != ones:
+    try:
+        if candidate.build(body, nums) != real:
             return _UNCACHEABLE
+        if ones is not None and ones[0] == real[0]:
+            ones_nums = ["0x1" if tok.startswith("0x") else "1" for tok in nums]
+            ones_body = _NUM_SPLIT_RE.sub(_one, body)
+            if candidate.build(ones_body, ones_nums) != ones:
+                return _UNCACHEABLE
+    except (ValueError, IndexError, KeyError):  # a template that cannot rebuild its own line (``1F``, ``-1e309``)
+        return _UNCACHEABLE
     return candidate
 
 
