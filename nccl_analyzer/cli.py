@@ -367,18 +367,6 @@ def launch_cmd(log_dir: str | None, fmt: str, html_path: str | None, no_debug_en
     sys.exit(status)
 
 
-def _check_writable(*paths: str | None) -> None:
-    """Fail before any work if an output file cannot be created (exit 2, one line)."""
-    import os
-
-    for p in paths:
-        if p and p != "-":
-            parent = Path(p).resolve().parent
-            if Path(p).is_dir() or not parent.is_dir() or not os.access(parent, os.W_OK) or \
-                    (Path(p).exists() and not os.access(p, os.W_OK)):
-                raise AnalyzerError(f"cannot write {p}: not a writable file path")
-
-
 def _write_out(payload: str | bytes, output: str | None) -> None:
     if output:
         if isinstance(payload, bytes):
@@ -412,7 +400,9 @@ def diff_cmd(good: str, bad: str, fmt: str, output: str | None, html_path: str |
     from .render import across
 
     try:
-        _check_writable(output, html_path)
+        for path, flag in ((output, "-o"), (html_path, "--html")):
+            if path:
+                check_writable(path, flag)
         d = diff_runs(good, bad, rules_dirs=_rules_dirs(rules))
         text = {"text": lambda: across.diff_text(d, verbose=verbose), "json": lambda: across.diff_json(d),
                 "markdown": lambda: across.diff_markdown(d)}[fmt]()
@@ -453,7 +443,9 @@ def fleet_cmd(inputs: tuple[str, ...], fmt: str, output: str | None, html_path: 
             raise AnalyzerError("--format parquet writes binary: give -o FILE.parquet")
         if scheduler and engine != "dask":
             raise AnalyzerError("--scheduler goes with --engine dask")
-        _check_writable(output, html_path)
+        for path, flag in ((output, "-o"), (html_path, "--html")):
+            if path:
+                check_writable(path, flag)
         progress = None
         if sys.stderr.isatty():
             def progress(done: int, total: int) -> None:

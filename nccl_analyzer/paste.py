@@ -57,8 +57,6 @@ SAMPLE_BYTES = 64 * 1024
 #: A paste is normalised in windows of this many lines (reversal and wrap width are per window).
 WINDOW_LINES = 200_000
 
-_ANSI = _Rx(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
-_CTRL = _Rx(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 _FENCE = _Rx(r"[ \t]*(?:`{3,}|~{3,})[ \t]*[\w+.#-]*[ \t]*$")
 # HTML a Markdown renderer keeps: <details>, <summary>...</summary>, <pre>, <code>, <br>, <p>, <blockquote>.
@@ -226,17 +224,11 @@ def _head_time(s: str) -> str | None:
 
 
 def _printable(s: str) -> str:
-    # The same cleaning sources.clean_text does before it reads prefixes (evidence quotes this text).
-    if s.endswith("\r"):
-        s = s[:-1]
-    if "\x1b" in s:
-        s = _ANSI.sub("", s)
-    if "\r" in s:
-        parts = [p for p in s.split("\r") if p]
-        s = parts[-1] if parts else ""
-    if not s.isprintable() and _CTRL.search(s):
-        s = _CTRL.sub("", s)
-    return s
+    # The same cleaning sources.clean_text does before it reads prefixes (evidence quotes this text); imported
+    # here because sources imports this module.
+    from .sources import printable
+
+    return printable(s)
 
 
 def _unlink(m: re.Match) -> str:

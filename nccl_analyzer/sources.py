@@ -394,8 +394,8 @@ def clean_line(b: bytes, src: Source, lineno: int) -> Line:
     return clean_text(s, src, lineno, truncated)
 
 
-def clean_text(s: str, src: Source, lineno: int, truncated: bool = False) -> Line:
-    """Clean one decoded line (no newline) and split off wrapper prefixes."""
+def printable(s: str) -> str:
+    """A decoded line as a terminal would show it: CR, ANSI escapes and control characters removed."""
     if s.endswith("\r"):
         s = s[:-1]
     if "\x1b" in s:
@@ -406,6 +406,12 @@ def clean_text(s: str, src: Source, lineno: int, truncated: bool = False) -> Lin
         s = parts[-1] if parts else ""
     if not s.isprintable() and _CTRL.search(s):
         s = _CTRL.sub("", s)
+    return s
+
+
+def clean_text(s: str, src: Source, lineno: int, truncated: bool = False) -> Line:
+    """Clean one decoded line (no newline) and split off wrapper prefixes."""
+    s = printable(s)
     raw = s
     if "it]" in s:
         s = _drop_glued_bar(s)

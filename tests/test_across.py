@@ -89,7 +89,7 @@ def test_diff_bad_input_exits_2(tmp_path):
     assert "Traceback" not in res.output
     res = CliRunner().invoke(main, ["diff", str(H200 / "01_ok_subsys_all"), str(H200 / "02_bad_ifname"),
                                     "-o", str(tmp_path / "no" / "such" / "dir" / "x.txt")])
-    assert res.exit_code == 2 and "cannot write" in res.output
+    assert res.exit_code == 2 and "does not exist" in res.output
 
 
 # -- fleet ---------------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from ..errors import InputError
-from .profile import as_specs
+from ..sources import as_specs
 
 COLUMNS = ["job", "root_cause", "title", "confidence", "culprit_ranks", "hosts", "gpus", "nccl_version",
            "first_error_time", "evidence", "signature", "error"]

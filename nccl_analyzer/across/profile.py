@@ -11,7 +11,7 @@ from typing import Any, Iterable
 
 from ..analysis import Analyzer
 from ..model import Diagnosis, Event
-from ..sources import expand_inputs
+from ..sources import as_specs, expand_inputs
 
 #: Distinct values kept per profile key (a 10,000-rank job must not make a 10,000-entry set).
 _CAP = 64
@@ -85,13 +85,6 @@ class Profile:
                 self.add_value("collectives called", ev.fields["op"])
         elif k == "nccl.env" and ev.fields.get("name"):
             self.facts.setdefault("env_seen", {})[str(ev.fields["name"])] = str(ev.fields.get("value"))
-
-
-def as_specs(inputs: Any) -> list[str]:
-    """Input specs from a str, a Path, or a list/tuple of either (a str is one path, never iterated)."""
-    if isinstance(inputs, (str, bytes)) or hasattr(inputs, "__fspath__"):
-        inputs = [inputs]
-    return [s.decode() if isinstance(s, bytes) else str(s) for s in inputs]
 
 
 class _ProfilingAnalyzer(Analyzer):
