@@ -289,10 +289,10 @@ def plan_for(lines: list[str]) -> Plan | None:
         quoted = sum(1 for s in nonempty if s.lstrip(" \t")[:1] == ">")
         plan.quotes = quoted == len(nonempty) or quoted >= 2 and (quoted * 5 >= len(nonempty) or ">>" in text)
     first = _first_nonempty(lines)
-    if first[:1] in " \t":
+    if first[:1] in " \t" or "\n\n    " in near or "\n\n\t" in near:
         nonempty = nonempty or [s for s in lines if s.strip()]
         indented = sum(1 for s in nonempty if s[:1] in " \t")
-        plan.indent = indented * 10 >= len(nonempty) * 9
+        plan.indent = indented * 10 >= len(nonempty) * 9 or indented >= 2 and _code_blocks_in_prose(lines)
     if first[:1].isdigit() or first[:1] in " \t" and first.lstrip()[:1].isdigit():
         nonempty = nonempty or [s for s in lines if s.strip()]
         plan.gutter = _has_gutter(nonempty)
@@ -326,6 +326,18 @@ _CLOSE_BYTES = 8 * 1024
 #: Lines of the sample that the hard-wrap test reads.
 _WRAP_LINES = 160
 _TAG_MARKS = ("<details", "<summary", "<pre>", "</pre>", "<br>", "<br/>", "</code>", "<blockquote")
+
+
+def _code_blocks_in_prose(lines: list[str]) -> bool:
+    """Markdown indented code blocks between lines of prose: every indented run has a blank line (or the sample's
+    edge) on both sides, so no indented line touches an unindented one. A raw log's indented lines (traceback
+    frames, continuation lines) always follow their unindented head directly."""
+    prev = ""
+    for s in lines:
+        if s.strip() and prev.strip() and (s[:1] in " \t") != (prev[:1] in " \t"):
+            return False
+        prev = s
+    return True
 
 
 def _rank_rank(text: str) -> bool:

@@ -27,14 +27,15 @@ _CTRL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 # Wrapper prefixes, outermost first. Each may appear once, in this order, before the payload:
 #   "> "                              a Markdown quote marker pasted with the log (RLHF-V#11)
-#   2026-11-29T13:53:17.123456789Z   kubectl logs --timestamps / docker logs -t (RFC 3339)
+#   2026-11-29T13:53:17.123456789Z   kubectl logs --timestamps / docker logs -t (RFC 3339); also a collector's or
+#   2024-11-20 14:37:16[,123]         logger's local wall clock with a space (Python logging's asctime, ts(1))
 #   [default3]:                       torchrun --tee / --redirects (role + local rank, no space)
 #   [rank3]:                          torch >= 2.3 excepthook / c10 logger once a default PG exists
 #   "  3: "                           srun --label (rank, right-aligned)
 #   [trainer0|0]:                     launchers that add a replica index to the role tag (nccl#1837)
 #   [155] / [80746]                   a bare number: mpirun/launcher process tags, log viewers' line numbers
 #                                     (nccl#302, LlamaFactory#7396); dropped, never read as a rank
-_CONTAINER_TS = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)) ")
+_CONTAINER_TS = re.compile(r"(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d| ?UTC)?) ")
 _ROLE = re.compile(r"\[([A-Za-z_][\w-]*?)(\d+)(?:\|\d+)?\]:")
 _TAG = re.compile(r"\[\d{1,7}\] ")
 _SRUN = re.compile(r" {0,4}(\d{1,5}): ")
@@ -423,7 +424,7 @@ def clean_text(s: str, src: Source, lineno: int, truncated: bool = False) -> Lin
     time = None
     if s and s[0] in _PREFIX_START:
         # Cheap character tests first: most lines have no wrapper prefix, and a regex call costs ~0.3 us.
-        if len(s) > 20 and s[4] == "-" and s[10] == "T":
+        if len(s) > 20 and s[4] == "-" and (s[10] == "T" or s[10] == " "):
             m = _CONTAINER_TS.match(s)
             if m:
                 time = m.group(1)
