@@ -48,6 +48,9 @@ _CLOCK = re.compile(r"\d\d:\d\d:\d\d(?:[.,]\d{1,6})? (?=\[(?:rank\d|[A-Za-z_]*\d
 _TQDM_GLUED = re.compile(r"[^\[]*\d+/\d+ \[[^\]\[]*(?:s/it|it/s)[^\]\[]*\](?=\[(?:rank\d|[FEWI]\d{4} |[A-Za-z_]+\d+\]:))")
 _MPI_TAG = re.compile(r"\[\d+,(\d+)\]<(?:stdout|stderr|stddiag)>:")
 _VLLM_HEAD = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w.-]+:\d+\] ")
+# What follows "[3] " when it is the device of a cut NCCL head ("[3] NCCL INFO ...", "[3] init.cc:12 NCCL WARN"): the
+# parser reads the device from it, so it is not a launcher tag.
+_NCCL_DEV_HEAD = re.compile(r"(?:[\w./-]+:\d+(?: \(\w*\))? )?NCCL (?:INFO|WARN|TRACE|CALL|ABORT) ")
 _VLLM_LEVELS = frozenset(("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"))
 _PREFIX_START = frozenset("0123456789[ (")
 _SRUN_START = frozenset("0123456789 ")
@@ -459,7 +462,8 @@ def clean_text(s: str, src: Source, lineno: int, truncated: bool = False) -> Lin
                     s = s[m.end():]
             else:
                 m = _TAG.match(s)
-                if m and (_looks_like_srun_payload(s, m.end()) or _SRUN.match(s, m.end())):
+                if m and (_looks_like_srun_payload(s, m.end()) or _SRUN.match(s, m.end())) \
+                        and not _NCCL_DEV_HEAD.match(s, m.end()):
                     s = s[m.end():]  # (an srun label behind the tag is checked for its own payload below)
         if s.startswith("[") and not s.startswith("[rank"):
             m = _ROLE.match(s)

@@ -129,7 +129,7 @@ def own_rank(ev: Event) -> int | None:
     if k == "nccl.transport":
         who = ev.fields.get("dst") if ev.fields.get("direction") == "receive" else ev.fields.get("src")
         return who if isinstance(who, int) else None
-    if k in ("nccl.ring", "nccl.tree") and ev.rank is not None:
+    if k in ("nccl.ring", "nccl.tree", "nccl.trees") and ev.rank is not None:
         return ev.rank
     return None
 
@@ -158,6 +158,10 @@ class StageTracker:
             key = (ev.host, ev.pid)
         elif ev.rank is not None:
             key = ("rank", ev.rank)
+        elif ev.cuda_dev is not None and ev.fields.get("prefix") == "partial":
+            # "[1] NCCL INFO ...": a paste that kept only the device of NCCL's "host:pid:tid [dev]" head. One process
+            # per GPU is the rule, so the device stands for the process; its own lines name its rank (``own_rank``).
+            key = ("dev", ev.host, ev.cuda_dev)
         else:
             return
         cur = self._procs.get(key)

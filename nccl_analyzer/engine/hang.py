@@ -90,7 +90,9 @@ def stuck_stage(ctx: PredContext, **args: Any) -> PredResult | None:
     Options: ``transport`` (regex on the last connection's transport of those ranks, e.g. ``^P2P/(IPC|CUMEM)``);
     ``others_done`` (some other rank got to Init COMPLETE or beyond); ``none_beyond`` (a stage label no rank got
     past, e.g. ``collective``: the whole job stopped there); ``quiet_after`` (the program printed nothing of its own
-    after those ranks' stage lines: no training output). Fails when a rank ended by itself (exit code > 0 or a
+    after those ranks' stage lines: no training output); ``peers_connecting`` (with ``connect`` in ``stages``: ranks
+    still in channel setup while every other rank is connecting count as connecting too, with the others'
+    transport). Fails when a rank ended by itself (exit code > 0 or a
     crash signal) and no timeout fired: that rank's failure, not a hang, is the story.
     """
     b = ctx.builder
@@ -101,9 +103,15 @@ def stuck_stage(ctx: PredContext, **args: Any) -> PredResult | None:
         return None
     lo = min(v[0] for v in stages.values())
     want = {str(s) for s in (args.get("stages") or ())}
+    behind = tuple(sorted(r for r, v in stages.items() if v[0] == lo))
+    if lo is Stage.CHANNELS and args.get("peers_connecting") and "connect" in want:
+        # The ranks behind computed their channels and printed no connection yet while the others are connecting
+        # (none got further): the job is in its connection phase, stuck with the transport the others print.
+        conn = tuple(sorted(r for r, v in stages.items() if v[0] is Stage.CONNECT))
+        if conn and all(v[0] <= Stage.CONNECT for v in stages.values()):
+            lo, behind = Stage.CONNECT, tuple(sorted(behind + conn))
     if lo.label not in want:
         return None
-    behind = tuple(sorted(r for r, v in stages.items() if v[0] == lo))
     ahead = tuple(sorted(r for r, v in stages.items() if v[0] >= Stage.INIT_COMPLETE))
     if args.get("others_done") and not ahead:
         return None
