@@ -174,6 +174,19 @@ class ErrorLedger:
             for e in errs:
                 if e.parent is not None and e.parent.settled and e.parent.settled.startswith("a caught"):
                     e.settled = e.parent.settled
+        self._settle_teardown()
+
+    def _settle_teardown(self) -> None:
+        """Lines that are only the consequence of a process ending (an NCCL proxy losing a local rank's connection)
+        are no failure when they are all that is left: no other error line, no failed worker reported."""
+        if self.fatal or self.torchrun or len(self.errors) >= self.cap:
+            return
+        left = [e for e in self.errors if e.settled is None and e.parent is None]
+        if not left or not all(e.meaning.teardown for e in left):
+            return
+        for e in left:
+            e.settled = (f"teardown: {e.meaning.teardown}; no other line of the input reports a failure "
+                         f"({e.meaning.entry})")
 
     def skip(self) -> "Callable[[Event], bool] | None":
         """For ``Matcher.hits(skip=...)``: events inside a caught exception or a retry that later succeeded are

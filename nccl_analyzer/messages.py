@@ -35,6 +35,7 @@ class Meaning:
     entry: str  # "<table>:<name>"
     note: str = ""
     retry: bool = False
+    teardown: str | None = None  # a consequence of a process ending: dismissed when nothing else says one failed
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,9 +53,10 @@ class _Entry:
     subtable: str | None = None
     retry: bool = False
     formats: tuple[str, ...] = ()
+    teardown: str | None = None
 
     def meaning(self) -> Meaning:
-        return Meaning(self.id, self.harmless, f"{self.table}:{self.name}", self.note, self.retry)
+        return Meaning(self.id, self.harmless, f"{self.table}:{self.name}", self.note, self.retry, self.teardown)
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +185,8 @@ def _entry(raw: dict[str, Any], table: str, where: str, seen: set[str]) -> _Entr
     return _Entry(name=name, table=table, id=tid, harmless=harmless, note=str(raw.get("note", "")), files=files,
                   msg=_compile(msg, f"{where} ({name})") if msg is not None else None, kinds=kinds, where=whr,
                   via=raw.get("via"), subtable=sub, retry=bool(raw.get("retry", False)),
-                  formats=tuple(raw.get("formats", ())))
+                  formats=tuple(raw.get("formats", ())),
+                  teardown=str(raw["teardown"]) if raw.get("teardown") else None)
 
 
 def _read(path: Path) -> dict[str, Any]:

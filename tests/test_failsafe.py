@@ -41,7 +41,7 @@ def test_every_newest_warn_alone_is_a_failure_or_dismissed():
     warns = newest_warns()
     assert len(warns) == 781
     offenders = []
-    harmless = 0
+    harmless = teardown = 0
     for file, fmt in warns:
         body = instantiate(fmt)
         d = analyze_text(f"\nhost1:123:456 [0] {file}:42 NCCL WARN {body}\n", rules=RULES)
@@ -49,12 +49,48 @@ def test_every_newest_warn_alone_is_a_failure_or_dismissed():
         if m.harmless:
             harmless += 1
             ok = d.root_cause is None and [x.evidence[0].line for x in d.dismissed] == [2]
+        elif m.teardown:
+            # a consequence of a process ending, and nothing else in the log says one failed: a teardown
+            teardown += 1
+            ok = d.root_cause is None and [x.evidence[0].line for x in d.dismissed] == [2] \
+                and d.dismissed[0].reason.startswith("teardown: ")
         else:
             ok = d.root_cause is not None and any(e.line == 2 for e in d.root_cause.evidence)
         if not ok:
             offenders.append(f"  {file}: {fmt} -> {d.root_cause and d.root_cause.id}, dismissed={len(d.dismissed)}")
     assert not offenders, f"{len(offenders)} of {len(warns)} WARN formats not accounted for:\n" + "\n".join(offenders)
     assert 0 < harmless < 60
+    assert 0 < teardown < 10
+
+
+TEARDOWN_WARNS = """\
+box3:2374:2994 [0] proxy.cc:1458 NCCL WARN [Service thread] Accept failed Resource temporarily unavailable
+box3:2374:2994 [0] proxy.cc:1497 NCCL WARN [Service thread] Could not receive type from localRank 0, res=3, closed=0
+box3:2374:2994 [0] proxy.cc:1521 NCCL WARN [Proxy Service 0] Failed to execute operation Close from rank 0, retcode 3
+"""
+
+
+def test_proxy_teardown_warns_alone_are_dismissed_as_teardown():
+    d = analyze_text("step 100 loss 0.12\ntraining done\n" + TEARDOWN_WARNS, rules=RULES)
+    assert d.root_cause is None
+    assert sorted(e.line for x in d.dismissed for e in x.evidence) == [3, 4, 5]
+    assert all(x.reason.startswith("teardown: ") for x in d.dismissed)
+
+
+def test_proxy_teardown_warns_count_when_a_worker_failed():
+    """The same lines with torchrun reporting a failed worker are that failure's consequence, never dismissed."""
+    failed = ("E1201 11:28:45.428000 9217 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1) "
+              "local_rank: 0 (pid: 2374) of binary: /usr/bin/python3\n")
+    d = analyze_text(TEARDOWN_WARNS + failed, rules=RULES)
+    assert d.root_cause is not None
+    assert not any(x.reason.startswith("teardown: ") for x in d.dismissed)
+
+
+def test_proxy_teardown_warns_count_beside_another_error():
+    d = analyze_text(TEARDOWN_WARNS + "box3:2375:2375 [1] init.cc:263 NCCL WARN Cuda failure 'out of memory'\n",
+                     rules=RULES)
+    assert d.root_cause is not None and d.root_cause.id == "cuda_oom"
+    assert not any(x.reason.startswith("teardown: ") for x in d.dismissed)
 
 
 def test_an_unrecognised_warn_gets_a_low_confidence_root_from_the_table():
