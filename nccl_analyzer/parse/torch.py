@@ -914,7 +914,7 @@ class _Block:
 
     __slots__ = ("kind", "key", "line", "rank", "local_rank", "time", "lines", "linenos", "nlines", "end_line", "state",
                  "frames", "chain", "exc", "msg", "expect_last", "generic", "junk", "child", "child_done",
-                 "record", "last_seen", "truncated", "pending_code", "saw_blank", "seen", "msg_at")
+                 "record", "last_seen", "truncated", "pending_code", "saw_blank", "seen", "msg_at", "headless")
 
     def __init__(self, kind: str, key: tuple, line: Line, rank: int | None, text: str):
         self.kind = kind  # "tb" | "exc" | "rec" | "term" | "child"
@@ -946,6 +946,7 @@ class _Block:
         self.pending_code = False
         self.saw_blank = False
         self.seen: set[str] = set()  # continuation line types this message already has
+        self.headless = False  # a traceback whose "Traceback (most recent call last):" header is not in the input
 
     def add(self, line: Line) -> None:
         if len(self.msg_at) < len(self.msg):
@@ -1218,6 +1219,16 @@ class TorchParser:
             inner = text.lstrip()[12:].rstrip().rstrip(",").rstrip('"')
             if _LONE_EXC.match(inner):
                 text = inner
+        # frames whose header is missing (a paste or a log cut in the middle of a traceback): a partial traceback
+        if c == " " and text.lstrip().startswith('File "') and _FRAME_SEARCH.match(text.lstrip()):
+            res = _tb_parse(text.lstrip().rstrip(), "tb_frame")
+            if res is not None:
+                b = _Block("tb", key, line, rank, text)
+                b.headless = True
+                b.frames.append(dict(res[1]))
+                b.pending_code = True
+                self._blocks.append(b)
+                return []
         # a lone exception line (its traceback header is missing: partial output)
         if _LONE_EXC.match(text):
             b = _Block("exc", key, line, rank, text)
@@ -1336,7 +1347,7 @@ class TorchParser:
             "message": message,
             "frames": b.frames,
             "chain": b.chain,
-            "partial": b.kind == "exc" or exc.get("exc_type") is None,
+            "partial": b.kind == "exc" or b.headless or exc.get("exc_type") is None,
         }
         if b.kind == "tb" and exc.get("exc_type") is None:
             fields["incomplete"] = True  # header and frames, no exception line (output cut off)
