@@ -289,7 +289,7 @@ def plan_for(lines: list[str]) -> Plan | None:
         quoted = sum(1 for s in nonempty if s.lstrip(" \t")[:1] == ">")
         plan.quotes = quoted == len(nonempty) or quoted >= 2 and (quoted * 5 >= len(nonempty) or ">>" in text)
     first = _first_nonempty(lines)
-    if first[:1] in " \t" or "\n\n    " in near or "\n\n\t" in near:
+    if first[:1] in " \t" or _BLOCK_AFTER_BLANK.search(near):
         nonempty = nonempty or [s for s in lines if s.strip()]
         indented = sum(1 for s in nonempty if s[:1] in " \t")
         plan.indent = indented * 10 >= len(nonempty) * 9 or indented >= 2 and _code_blocks_in_prose(lines)
@@ -321,6 +321,8 @@ def plan_for(lines: list[str]) -> Plan | None:
     return plan
 
 
+# An indented line right after a blank one (CRLF kept): where a Markdown indented code block may start.
+_BLOCK_AFTER_BLANK = _Rx(r"\n[ \t]*\r?\n(?:    |\t)\S")
 #: The multi-character tests of ``plan_for`` read only this much of the sample (they cost a pass each).
 _CLOSE_BYTES = 8 * 1024
 #: Lines of the sample that the hard-wrap test reads.

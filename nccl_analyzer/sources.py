@@ -432,6 +432,8 @@ def clean_text(s: str, src: Source, lineno: int, truncated: bool = False) -> Lin
             if m:
                 time = m.group(1)
                 s = s[m.end():]
+                if len(s) > 20 and s[4] == "-" and s[10] == " ":
+                    s, time = _strip_wall_clock(s, time)  # the job's own logger clock inside kubectl's
         if s[2:3] == ":" and s[5:6] == ":":
             s = _strip_clock(s)
         if rank is None and (s[:1] in _SRUN_START or s[:1] == "[" and s[1:2].isdigit()):
@@ -446,6 +448,8 @@ def clean_text(s: str, src: Source, lineno: int, truncated: bool = False) -> Lin
                 src.srun = True
                 rank = int(m.group(1))
                 s = s[m.end():]
+                if len(s) > 20 and s[4] == "-" and s[10] == " ":
+                    s, time = _strip_wall_clock(s, time)
                 if s[2:3] == ":" and s[5:6] == ":":
                     s = _strip_clock(s)
         if s.startswith("(") and (" pid=" in s[:64] or s.startswith("(pid=") or s.startswith("(raylet)")):
@@ -491,6 +495,12 @@ def clean_text(s: str, src: Source, lineno: int, truncated: bool = False) -> Lin
 
 
 _VLLM_START = frozenset("DIWEC")
+
+
+def _strip_wall_clock(s: str, time: str | None) -> tuple[str, str | None]:
+    """A "YYYY-MM-DD hh:mm:ss" stamp behind an outer prefix (srun's label, kubectl's RFC 3339 time)."""
+    m = _CONTAINER_TS.match(s)
+    return (s[m.end():], time or m.group(1)) if m else (s, time)
 
 
 def _strip_clock(s: str) -> str:

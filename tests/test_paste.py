@@ -269,3 +269,38 @@ def test_plan_lines_keep_file_numbers_and_text():
                                               (5, "vm:1:1 [0] NCCL INFO cudaDriverVersion 13000"), (6, "")]
     assert [raw for _, _, raw, _ in out] == [lines[0], lines[1], lines[2], lines[4], lines[5]]
     assert plan.count == len(lines)
+
+
+_C10D_110 = ("[W socket.cpp:601] [c10d] The client socket has failed to connect to [node-a.cluster]:29500 "
+             "(errno: 110 - Connection timed out).")
+_PROSE_WITH_BLOCKS = f"""When I launch the second node it waits for a long time and prints
+
+    {_C10D_110}
+    {_C10D_110}
+
+then it stops with
+
+    torch.distributed.DistNetworkError: The client socket has failed to connect to any network address of (node-a.cluster, 29500). The client socket has failed to connect to [node-a.cluster]:29500 (errno: 110 - Connection timed out).
+
+my command is
+
+    torchrun --nnodes 2 --node_rank 1 --master_addr node-a.cluster --master_port 29500 train.py
+"""
+
+
+@pytest.mark.parametrize("eol", ["\n", "\r\n"])
+def test_indented_code_blocks_between_prose_are_log_lines(tmp_path, eol):
+    """Markdown indented code blocks (4 spaces, a blank line around each) between sentences: the blocks are the
+    log, the sentences are not, and the evidence points at the indented lines of the file."""
+    path, d = _analyze_text(tmp_path, _PROSE_WITH_BLOCKS.replace("\n", eol))
+    assert d.root_cause is not None and d.root_cause.id == "rendezvous_unreachable"
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert {e.line for e in d.root_cause.evidence} <= {3, 4, 8}
+    assert all(lines[e.line - 1].startswith("    ") for e in d.root_cause.evidence)
+
+
+def test_indented_lines_touching_their_head_are_a_raw_log():
+    """A raw log's indented lines (traceback frames) follow their unindented head directly: not a paste."""
+    raw = ["step 10 loss 1.2", "", "Traceback (most recent call last):", '  File "train.py", line 3, in <module>',
+           "    main()", "ValueError: bad", "", "    continuation after a blank line"]
+    assert paste.plan_for(raw) is None or not paste.plan_for(raw).indent
