@@ -281,11 +281,13 @@ def _infer(loose: list[_Err]) -> tuple[RootCause, set[int]]:
     with the other lines of the same meaning as further evidence."""
     best = next((e for e in loose if e.meaning.id not in _VAGUE), loose[0])
     tid = best.meaning.id or "other"
-    same = [e for e in loose if e.meaning.id == tid][:QUOTE_CAP]
+    every = [e for e in loose if e.meaning.id == tid]
+    same = every[:QUOTE_CAP]
     if best not in same:
         same = [best, *same[: QUOTE_CAP - 1]]
-    ranks = tuple(sorted({e.rank for e in same if e.rank is not None}))
-    hosts = tuple(sorted({e.host for e in same if e.host}))
+    # every rank / host that printed a line of this meaning, not only the quoted ones
+    ranks = tuple(sorted({e.rank for e in (*every, best) if e.rank is not None}))
+    hosts = tuple(sorted({e.host for e in (*every, best) if e.host}))
     conf = INFERRED_CONFIDENCE_VAGUE if tid in _VAGUE else INFERRED_CONFIDENCE
     note = f" ({best.meaning.note})" if best.meaning.note else ""
     explanation = (f"No rule recognised this failure, but the log has an error line that nothing explains. The "
@@ -296,7 +298,7 @@ def _infer(loose: list[_Err]) -> tuple[RootCause, set[int]]:
     root = RootCause(id=tid, title=f"Inferred from an unrecognised error line: {_clip(_body_text(best))}",
                      confidence=conf, ranks=ranks, hosts=hosts, evidence=tuple(_evidence(e) for e in same),
                      explanation=explanation, fix=fix, rule=f"failsafe:{best.meaning.entry}")
-    return root, {e.seq for e in same}
+    return root, {e.seq for e in (*every, best)}
 
 
 def _body_text(e: _Err) -> str:
