@@ -219,7 +219,8 @@ TEXT = [
      "host_oom"),
     ("slurmstepd: error: Detected 1 oom_kill event in StepId=123.0. Some of the step tasks have been OOM Killed.",
      "oom-killer", "host_oom"),
-    ("srun: error: node3: task 5: Exited with exit code 1", "srun-task-failed", "other"),
+    ("srun: error: node3: task 5: Exited with exit code 1", "srun-task-failed", "peer_exit"),
+    ("srun: error: node3: task 5: Killed", "srun-task-killed", "host_oom"),
     ("ncclUnhandledCudaError: Call to CUDA function failed.", "nccl-error-text", "cuda_error"),
 ]
 

@@ -551,3 +551,4 @@ def kind_matches(globs: tuple[str, ...], kind: str) -> bool:
     """fnmatch over several globs (used by tests and rule tooling)."""
     return any(fnmatch.fnmatchcase(kind, g) for g in globs)
 from . import hang as _hang  # noqa: E402,F401  (registers the hang predicates)
+from . import named as _named  # noqa: E402,F401  (registers the named-rank predicates)
