@@ -135,13 +135,16 @@ class ErrorLedger:
                     for e in errs[bisect.bisect_left(starts, p.line):bisect.bisect_right(starts, p.end)]:
                         if e.parent is None and e.kind not in _PY:
                             e.parent = p
+            # a line of no known rank: any rank of the same input getting further (a communicator up, collectives
+            # running) shows the rendezvous it was retrying succeeded; every rank needs it before any can go on
+            anyone = max((v for (p, _), v in self.progress.items() if p == path), default=0)
             for e in errs:
+                got = self.progress.get((path, e.rank), 0) if e.rank is not None else anyone
                 if e.meaning.harmless is not None:
                     e.settled = f"harmless: {e.meaning.harmless} ({e.meaning.entry})"
-                elif e.meaning.retry and self.progress.get((path, e.rank), 0) > e.end:
-                    # the same rank got further (rank unknown: a process group was created after it)
+                elif e.meaning.retry and got > e.end:
                     e.settled = ("a retry that later succeeded: the same input shows the rank getting further "
-                                 f"(line {self.progress[(path, e.rank)]})")
+                                 f"(line {got})")
             last = last_lines.get(path, 0)
             blocking = False  # a later error line that is not an application exception
             later_keys: set[str] = set()  # later application exceptions (the same one again: another rank's)
@@ -219,7 +222,8 @@ def account(ledger: ErrorLedger, verdict: "Verdict") -> tuple[RootCause | None, 
     cited: set[tuple[str, int]] = set()
     lines_by_path: dict[str, list[int]] = {}
     findings = list(verdict.findings)
-    for f in findings:
+    # With no root cause, a consequence (cascade) finding explains nothing: its lines still need a cause.
+    for f in (findings if verdict.root is not None else ()):
         for ev in f.evidence:
             cited.add((ev.path, ev.line))
             lines_by_path.setdefault(ev.path, []).append(ev.line)

@@ -30,15 +30,66 @@ def test_enum_values_are_the_documented_ones():
                              ExitCode.REPRODUCE_FAILED, ExitCode.INTERRUPTED)] == [0, 1, 2, 3, 4, 130]
 
 
+CASCADE_RULE = """id = "test-init-noted"
+taxonomy = "peer_exit"
+title = "A communicator finished init (a consequence-only finding, for the test)"
+status = "stable"
+role = "cascade"
+severity = "info"
+confidence = 0.3
+description = "Marks Init COMPLETE lines as a consequence: a finding that is no root cause."
+explains = []
+falsepositives = ["unknown"]
+references = ["https://github.com/NVIDIA/nccl/blob/v2.28.9-1/src/init.cc"]
+
+[match]
+
+[[match.any]]
+kind = "nccl.init.complete"
+
+[fix]
+summary = "Nothing to fix."
+
+[[example]]
+expect = "match"
+log = \'\'\'
+vm:588:588 [0] NCCL INFO comm 0x55d0c1e0 rank 0 nranks 1 cudaDev 0 nvmlDev 0 busId 1a000 commId 0x7e11c0d2a4b3f001 - Init COMPLETE
+\'\'\'
+
+[[example]]
+expect = "no-match"
+log = \'\'\'
+vm:588:588 [0] NCCL INFO Bootstrap: Using lo:127.0.0.1<0>
+\'\'\'
+"""
+INIT_LINE = ("vm:588:588 [0] NCCL INFO comm 0x55d0c1e0 rank 0 nranks 1 cudaDev 0 nvmlDev 0 busId 1a000 "
+             "commId 0x7e11c0d2a4b3f001 - Init COMPLETE\n")
+
+
 def test_findings_without_root_cause_exit_0(tmp_path):
+    """Exit status follows the root cause, not the findings: a consequence-only finding on a line that is no error
+    line leaves the verdict "no failure" and the status 0."""
+    rules = tmp_path / "test"
+    rules.mkdir()
+    (rules / "test-init-noted.toml").write_text(CASCADE_RULE)
+    log = tmp_path / "init.log"
+    log.write_text(INIT_LINE)
+    res = run(str(log), "--rules", str(rules), "--format", "json")
+    data = json.loads(res.stdout)
+    assert data["root_cause"] is None and [f["rule"] for f in data["findings"]] == ["test-init-noted"]
+    assert res.exit_code == 0
+    text = run(str(log), "--rules", str(rules))
+    assert text.exit_code == 0 and text.stdout.startswith("ok: no failure found")
+
+
+def test_a_lone_torchrun_sigterm_is_a_teardown_not_a_failure(tmp_path):
+    """torchrun's agent SIGTERMing its workers, and nothing else: dismissed as a teardown (with its reason), exit 0."""
     log = tmp_path / "sigterm.log"
     log.write_text(SIGTERM_LINE)
     res = run(str(log), "--format", "json")
     data = json.loads(res.stdout)
-    assert data["root_cause"] is None and [f["rule"] for f in data["findings"]] == ["elastic-sigterm-teardown"]
-    assert res.exit_code == 0
-    text = run(str(log))
-    assert text.exit_code == 0 and text.stdout.startswith("ok: no failure found")
+    assert data["root_cause"] is None and res.exit_code == 0
+    assert [d["reason"].split(":")[0] for d in data["dismissed"]] == ["teardown"]
 
 
 def test_root_cause_exit_1_and_healthy_exit_0():
@@ -48,12 +99,15 @@ def test_root_cause_exit_1_and_healthy_exit_0():
     assert res.exit_code == 0 and json.loads(res.stdout)["root_cause"] is None
 
 
-def test_exit_status_function():
+def test_exit_status_function(tmp_path):
     from nccl_analyzer.analysis import analyze_text
 
-    quiet = analyze_text(SIGTERM_LINE)
+    rules = tmp_path / "test"
+    rules.mkdir()
+    (rules / "test-init-noted.toml").write_text(CASCADE_RULE)
+    quiet = analyze_text(INIT_LINE, rules_dirs=[str(rules)])
     assert quiet.findings and quiet.root_cause is None
-    assert [f.rule for f in quiet.cascade] == ["elastic-sigterm-teardown"]  # a cascade with no cause in view
+    assert [f.rule for f in quiet.cascade] == ["test-init-noted"]  # a consequence with no cause in view
     assert exit_status(quiet) is ExitCode.CLEAN
     loud = analyze_text((FIX / "02_bad_ifname" / "log.txt").read_text())
     assert exit_status(loud) is ExitCode.FAILURE_FOUND

@@ -836,7 +836,7 @@ _EXC = r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure|Ti
 _UPPER = (r"[FEWIVC]\d{4} \d|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):|Traceback \(most|During handling of the above|"
           r"The (?:above exception|server socket|client socket)|NCCL (?:error|timeout|communicator)|"
           r"CUDA (?:error|driver error|out of memory)|Cuda failure \S+:\d+ '|WorkNCCL\(|Work WorkNCCL|Watchdog caught|Some NCCL|"
-          r"To avoid data|Process group watchdog|Process \d+ got signal|Exception \(either|Exception raised from|"
+          r"To avoid data|Process group watchdog|Process \d+ got signal|Exception \(either|Exception ignored |Exception raised from|"
           r"Timeout at NCCL|Timed out after|Heartbeat monitor|ProcessGroupNCCL|PGNCCL|HeartbeatMonitor|Received |"
           r"First (?:PG|watchdog)|Observed flight|Finished (?:flight|writing NCCLPG|writing Flight Recorder)|Flight [Rr]ecorder|"
           r"Stack trace of the failed|Socket Timeout|Failed to recv|Sending process|Signal \d+ \(|Setting OMP_NUM|"
@@ -914,7 +914,8 @@ class _Block:
 
     __slots__ = ("kind", "key", "line", "rank", "local_rank", "time", "lines", "linenos", "nlines", "end_line", "state",
                  "frames", "chain", "exc", "msg", "expect_last", "generic", "junk", "child", "child_done",
-                 "record", "last_seen", "truncated", "pending_code", "saw_blank", "seen", "msg_at", "headless")
+                 "record", "last_seen", "truncated", "pending_code", "saw_blank", "seen", "msg_at", "headless",
+                 "unraisable")
 
     def __init__(self, kind: str, key: tuple, line: Line, rank: int | None, text: str):
         self.kind = kind  # "tb" | "exc" | "rec" | "term" | "child"
@@ -947,6 +948,7 @@ class _Block:
         self.saw_blank = False
         self.seen: set[str] = set()  # continuation line types this message already has
         self.headless = False  # a traceback whose "Traceback (most recent call last):" header is not in the input
+        self.unraisable = False  # right after "Exception ignored in: ...": reported and carried on from
 
     def add(self, line: Line) -> None:
         if len(self.msg_at) < len(self.msg):
@@ -999,13 +1001,16 @@ class TorchParser:
     of anything still held, so the dispatcher can keep the stream ordered.
     """
 
-    __slots__ = ("_blocks", "_pending", "_count", "errors")
+    __slots__ = ("_blocks", "_pending", "_count", "errors", "_unraisable")
 
     def __init__(self) -> None:
         self._blocks: list[_Block] = []
         self._pending: list[Event] = []
         self._count = 0
         self.errors = 0  # lines dropped because parsing raised: reported in the diagnosis stats
+        # key -> (path, line) of Python's "Exception ignored in: ..." (sys.unraisablehook), printed just before a
+        # traceback the interpreter reports and then carries on from (a __del__, a callback, a thread's exit)
+        self._unraisable: dict[tuple, tuple[str, int]] = {}
 
     # -------------------------------------------------------------------------------- public API
     @property
@@ -1208,8 +1213,13 @@ class TorchParser:
         if not text.strip():
             return None
         if c in "TD" and text.startswith("Traceback (most recent call last):"):
-            self._blocks.append(_Block("tb", key, line, rank, text))
+            b = _Block("tb", key, line, rank, text)
+            b.unraisable = self._unraisable.pop(key, None) == (line.path, line.lineno - 1)
+            self._blocks.append(b)
             return []
+        if c == "E" and text.startswith("Exception ignored "):
+            self._unraisable[key] = (line.path, line.lineno)
+            return None
         # log records
         rec = _log_prefix(text)
         if rec is not None:
@@ -1351,6 +1361,8 @@ class TorchParser:
         }
         if b.kind == "tb" and exc.get("exc_type") is None:
             fields["incomplete"] = True  # header and frames, no exception line (output cut off)
+        if b.unraisable:
+            fields["unraisable"] = True  # reported by sys.unraisablehook: the interpreter went on
         first = (b.msg[0] if b.msg else "") if not b.child else ""
         res = classify_body(first) if first else None
         derived: list[Event] = []
