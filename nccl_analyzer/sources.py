@@ -36,6 +36,10 @@ _CTRL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 #   [155] / [80746]                   a bare number: mpirun/launcher process tags, log viewers' line numbers
 #                                     (nccl#302, LlamaFactory#7396); dropped, never read as a rank
 _CONTAINER_TS = re.compile(r"(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d| ?UTC)?) ")
+# What a Python logger writes between its time stamp and the message: loguru's default "| ERROR    | mod:func:52 - "
+# and logging's "%(asctime)s - %(name)s - %(levelname)s - " (the message is the program's own text).
+_LOGGER_HEAD = re.compile(r"(?:\| (?:TRACE|DEBUG|INFO|SUCCESS|WARNING|ERROR|CRITICAL) *\| [\w.<>-]+:[\w.<>-]+:\d+ - "
+                          r"|- [\w.<>-]+ - (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) - )")
 _ROLE = re.compile(r"\[([A-Za-z_][\w-]*?)(\d+)(?:\|\d+)?\]:")
 _TAG = re.compile(r"\[\d{1,7}\] ")
 _SRUN = re.compile(r" {0,4}(\d{1,5}): ")
@@ -434,6 +438,10 @@ def clean_text(s: str, src: Source, lineno: int, truncated: bool = False) -> Lin
                 s = s[m.end():]
                 if len(s) > 20 and s[4] == "-" and s[10] == " ":
                     s, time = _strip_wall_clock(s, time)  # the job's own logger clock inside kubectl's
+                elif s[:2] == "| " or s[:2] == "- ":
+                    m = _LOGGER_HEAD.match(s)
+                    if m:
+                        s = s[m.end():]
         if s[2:3] == ":" and s[5:6] == ":":
             s = _strip_clock(s)
         if rank is None and (s[:1] in _SRUN_START or s[:1] == "[" and s[1:2].isdigit()):
@@ -500,7 +508,14 @@ _VLLM_START = frozenset("DIWEC")
 def _strip_wall_clock(s: str, time: str | None) -> tuple[str, str | None]:
     """A "YYYY-MM-DD hh:mm:ss" stamp behind an outer prefix (srun's label, kubectl's RFC 3339 time)."""
     m = _CONTAINER_TS.match(s)
-    return (s[m.end():], time or m.group(1)) if m else (s, time)
+    if m is None:
+        return s, time
+    s, time = s[m.end():], time or m.group(1)
+    if s[:2] == "| " or s[:2] == "- ":
+        h = _LOGGER_HEAD.match(s)
+        if h:
+            s = s[h.end():]
+    return s, time
 
 
 def _strip_clock(s: str) -> str:

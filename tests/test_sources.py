@@ -94,6 +94,20 @@ def test_carriage_return_progress_bar_keeps_last_segment():
         # a log collector's wall clock in front of the job's own prefix (ms-swift#7992)
         (b"18:11:06.680 [rank4]:[E205 18:11:06.375 ProcessGroupNCCL.cpp:1870] x",
          "[E205 18:11:06.375 ProcessGroupNCCL.cpp:1870] x", 4, None, None),
+        # a date-time with a space (Python logging's asctime, ts(1)), alone, behind srun / kubectl, with a logger head
+        (b"2024-11-20 14:37:16 [rank3]: torch.OutOfMemoryError: CUDA out of memory.",
+         "torch.OutOfMemoryError: CUDA out of memory.", 3, None, "2024-11-20 14:37:16"),
+        (b" 2: 2024-11-20 14:37:16,123 [rank2]: RuntimeError: boom", "RuntimeError: boom", 2, None,
+         "2024-11-20 14:37:16,123"),
+        (b"2026-11-29T13:53:17.1Z 2024-11-20 14:37:16 [rank1]: RuntimeError: boom", "RuntimeError: boom", 1, None,
+         "2026-11-29T13:53:17.1Z"),
+        (b"2024-11-20 14:37:17.456 | ERROR    | train:main:52 - RuntimeError: boom", "RuntimeError: boom", None, None,
+         "2024-11-20 14:37:17.456"),
+        (b"2024-11-20 14:37:17,456 - root - ERROR - RuntimeError: boom", "RuntimeError: boom", None, None,
+         "2024-11-20 14:37:17,456"),
+        # the device of a cut NCCL head stays for the parser ("[1] NCCL INFO ..."), a viewer's number does not
+        (b"[1] NCCL INFO Channel 00 : 1[21000] -> 0[1000] via P2P/IPC",
+         "[1] NCCL INFO Channel 00 : 1[21000] -> 0[1000] via P2P/IPC", None, None, None),
     ],
 )
 def test_wrapper_prefixes(raw, text, rank, local_rank, time):
