@@ -64,6 +64,8 @@ class ErrorLedger:
         # (path, rank) -> last line of a progress event of that rank; (path, None) -> of a process group created
         # (torch.pg.init, the same process's next step after connecting to the store)
         self.progress: dict[tuple[str, int | None], int] = {}
+        # path -> the processes (host, pid) whose progress events it holds (at most 2 kept: "one" or "several")
+        self.progress_procs: dict[str, set[tuple[str | None, int | None]]] = {}
         self.fatal = False  # torchrun reports a worker that exited with a status > 0 (or unknown)
         self.torchrun = False  # torchrun reports any failed worker
 
@@ -76,6 +78,12 @@ class ErrorLedger:
             for k in keys:
                 if ev.line > self.progress.get(k, 0):
                     self.progress[k] = ev.line
+            procs = self.progress_procs.setdefault(ev.path, set())
+            if len(procs) < 2:
+                procs.add((ev.host, ev.pid))
+                if ev.pid is not None or ev.rank is not None:
+                    self.progress.setdefault((ev.path, "any"), 0)
+                    self.progress[(ev.path, "any")] = max(self.progress[(ev.path, "any")], ev.line)
             return
         if kind in self.t.caught_not_with:
             # An exception that escapes ends Python with status 1; a worker killed by a signal (exitcode < 0)
@@ -135,9 +143,10 @@ class ErrorLedger:
                     for e in errs[bisect.bisect_left(starts, p.line):bisect.bisect_right(starts, p.end)]:
                         if e.parent is None and e.kind not in _PY:
                             e.parent = p
-            # a line of no known rank: any rank of the same input getting further (a communicator up, collectives
-            # running) shows the rendezvous it was retrying succeeded; every rank needs it before any can go on
-            anyone = max((v for (p, _), v in self.progress.items() if p == path), default=0)
+            # a line of no known rank: where the input holds the progress of ONE process only (a per-rank log, one
+            # worker's output), that process getting further shows the rendezvous it was retrying succeeded
+            one = len(self.progress_procs.get(path, ())) == 1
+            anyone = self.progress.get((path, "any"), 0) if one else self.progress.get((path, None), 0)
             for e in errs:
                 got = self.progress.get((path, e.rank), 0) if e.rank is not None else anyone
                 if e.meaning.harmless is not None:

@@ -553,7 +553,7 @@ def _looks_like_srun_payload(s: str, start: int) -> bool:
 
 
 _SRUN_PAYLOAD = re.compile(
-    r"(?:[\w.-]*:\d+:\d+ |[\w.-]+: Test (?:CUDA|NCCL) failure |\d\d:\d\d:\d\d(?:[.,]\d+)? \[|Traceback|  File |\[|[IWEF]\d{4} |NCCL |[A-Z]\w*(?:Error|Exception)\b|"
+    r"(?:[\w.-]*:\d+:\d+ |[\w.-]+: Test (?:CUDA|NCCL) failure |\d\d:\d\d:\d\d(?:[.,]\d+)? \[|Traceback|Exception ignored |  File |\[|[IWEF]\d{4} |NCCL |[A-Z]\w*(?:Error|Exception)\b|"
     r"torch\.|WARNING:|ERROR:|INFO:|\d{4}-\d\d-\d\d|terminate called |  what\(\): |Watchdog caught |> (?=\S))"
 )
 # Further heads only an srun label may stand before (a "[3] " tag before these is NCCL's cut "[dev]" head): the

@@ -282,3 +282,35 @@ def test_real_job_killed_by_sigsegv_after_a_caught_import_error(tmp_path):
     d = analyze([str(log)], rules=RULES, workers=1)
     assert d.root_cause is not None and d.root_cause.id != "app_exception", render_text(d, verbose=True)
     assert any(x.reason.startswith("a caught exception") for x in d.dismissed)
+
+
+def test_a_rankless_store_retry_is_settled_by_the_only_process_getting_further():
+    """c10d's client retries carry no rank (no process group yet); where the input holds ONE process's output and
+    that process then completes NCCL init, the retries succeeded. With several processes in the input (another
+    job's chatter), another process's progress proves nothing about this one."""
+    retry = ("[W socket.cpp:663] [c10d] The client socket has failed to connect to [trainer-0]:29500 "
+             "(errno: 111 - Connection refused).\n")
+    init = ("trainer-1:4410:4533 [0] NCCL INFO comm 0x55d0c1e0 rank {r} nranks 2 cudaDev 0 nvmlDev 0 busId 1b000 "
+            "commId 0x7e11c0d2a4b3f001 - Init COMPLETE\n")
+    one = analyze_text(retry * 2 + init.format(r=1) + "step 1 loss 2.31\n", rules=RULES)
+    assert one.root_cause is None
+    assert all(x.reason.startswith("a retry that later succeeded") for x in one.dismissed)
+    other = init.replace("trainer-1:4410:4533", "noise-3:9001:9001").format(r=0)
+    two = analyze_text(retry * 2 + init.format(r=1) + other, rules=RULES)
+    assert two.root_cause is not None and two.root_cause.id == "rendezvous_unreachable"
+
+
+def test_exception_ignored_tracebacks_are_harmless_even_with_other_chatter_between():
+    log = ("Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ at 0x7f3b2c1d9e50>\n"
+           "noise-3:9001:9001 [0] NCCL INFO Channel 00/02 : 0 1\n"
+           "Traceback (most recent call last):\n"
+           '  File "/usr/lib/python3/dist-packages/torch/utils/data/dataloader.py", line 1479, in __del__\n'
+           "    self._shutdown_workers()\n"
+           "AttributeError: '_MultiProcessingDataLoaderIter' object has no attribute '_workers_status'\n"
+           "epoch 4 step 1500 loss 0.398\n")
+    d = analyze_text(log, rules=RULES)
+    assert d.root_cause is None
+    assert [x.reason.split(":")[0] for x in d.dismissed] == ["harmless"]
+    # the same traceback without the interpreter's "Exception ignored" line is a crash of the program
+    crash = analyze_text(log.split("\n", 2)[2], rules=RULES)
+    assert crash.root_cause is not None and crash.root_cause.id == "app_exception"

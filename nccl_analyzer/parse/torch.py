@@ -859,6 +859,8 @@ del _c
 
 # ------------------------------------------------------------------------------- block line shapes
 _FRAME_SEARCH = re.compile(r"File \"[^\"]+\", line \d+")
+#: Lines of other output allowed between "Exception ignored in: ..." and its traceback (a shared pipe).
+UNRAISABLE_GAP = 5000
 _CARET = re.compile(r"[\s^~]+$")
 _EXC_LINE = re.compile(r"(?P<type>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)(?::(?: (?P<msg>.*))?)?$")
 _LONE_EXC = re.compile(_EXC + r"(?::(?: .*)?)?$")
@@ -1008,9 +1010,10 @@ class TorchParser:
         self._pending: list[Event] = []
         self._count = 0
         self.errors = 0  # lines dropped because parsing raised: reported in the diagnosis stats
-        # key -> (path, line) of Python's "Exception ignored in: ..." (sys.unraisablehook), printed just before a
-        # traceback the interpreter reports and then carries on from (a __del__, a callback, a thread's exit)
-        self._unraisable: dict[tuple, tuple[str, int]] = {}
+        # (path, key, line) of Python's "Exception ignored in: ..." (sys.unraisablehook), printed just before a
+        # traceback the interpreter reports and then carries on from (a __del__, a callback, a thread's exit); other
+        # processes' lines in a shared pipe may come between the two
+        self._unraisable: tuple[str, tuple, int] | None = None
 
     # -------------------------------------------------------------------------------- public API
     @property
@@ -1214,12 +1217,16 @@ class TorchParser:
             return None
         if c in "TD" and text.startswith("Traceback (most recent call last):"):
             b = _Block("tb", key, line, rank, text)
-            b.unraisable = self._unraisable.pop(key, None) == (line.path, line.lineno - 1)
+            u = self._unraisable
+            b.unraisable = u is not None and u[:2] == (line.path, key) and line.lineno - u[2] <= UNRAISABLE_GAP
+            self._unraisable = None
             self._blocks.append(b)
             return []
         if c == "E" and text.startswith("Exception ignored "):
-            self._unraisable[key] = (line.path, line.lineno)
+            self._unraisable = (line.path, key, line.lineno)
             return None
+        if self._unraisable is not None and self._unraisable[1] == key:
+            self._unraisable = None  # its report had no traceback: another record of this key came first
         # log records
         rec = _log_prefix(text)
         if rec is not None:
@@ -1361,8 +1368,10 @@ class TorchParser:
         }
         if b.kind == "tb" and exc.get("exc_type") is None:
             fields["incomplete"] = True  # header and frames, no exception line (output cut off)
-        if b.unraisable:
-            fields["unraisable"] = True  # reported by sys.unraisablehook: the interpreter went on
+        if b.unraisable or (b.kind == "tb" and b.frames and b.frames[0].get("function") == "__del__"):
+            # reported by sys.unraisablehook: the interpreter went on. A traceback that starts in a finaliser never
+            # reached the top of a program (those start at <module>, a thread's or a process's bootstrap).
+            fields["unraisable"] = True
         first = (b.msg[0] if b.msg else "") if not b.child else ""
         res = classify_body(first) if first else None
         derived: list[Event] = []
