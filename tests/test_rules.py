@@ -1,6 +1,8 @@
 """Every rule file validates, and every [[example]] behaves as it says through the full pipeline."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from nccl_analyzer.engine import TAXONOMY_IDS, load_rules, run_example
@@ -39,3 +41,13 @@ def test_explains_names_known_ids():
 
 def test_rule_count_matches_files():
     assert len(RULES) == len(rule_files(rules_dir()))
+
+
+def test_every_predicate_is_documented():
+    """docs/predicates.md has a section for each predicate a rule can call (the rule format a user reads)."""
+    import nccl_analyzer.flight  # noqa: F401  (registers its predicates)
+    from nccl_analyzer.engine.match import PREDICATES
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "predicates.md").read_text()
+    missing = [n for n in PREDICATES if f"\n## {n}\n" not in doc]
+    assert not missing, f"not in docs/predicates.md: {missing}"
