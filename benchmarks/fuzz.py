@@ -45,7 +45,7 @@ def seed_logs(root: Path = ROOT) -> list[Path]:
     out = []
     for d in SEED_DIRS:
         for p in sorted((root / d).rglob("*")):
-            if not p.is_file() or "blind" in p.parts or p.name == "label.json" or p.suffix in (".json", ".md", ".py"):
+            if not p.is_file() or any(x.startswith("blind") for x in p.parts) or p.name == "label.json" or p.suffix in (".json", ".md", ".py"):
                 continue
             if 0 < p.stat().st_size <= MAX_SEED_BYTES:
                 out.append(p)
