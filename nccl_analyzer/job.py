@@ -111,6 +111,7 @@ class JobBuilder:
         # connection lines (NCCL < 2.18.3 logs no Init START to map a stuck process's pid to its rank)
         self.rank_stages: dict[int, tuple[Any, Event, str | None]] = {}
         self.proc_stages: list[tuple[int, tuple[Any, Event, str | None]]] = []  # (rank, entry) per NCCL process
+        self.world_inferred = False  # world_size is only "highest rank seen + 1" (no line states it)
         self.torch_stages: dict[int, tuple[Any, Event, str | None]] = {}  # rank -> entry from torch's work records
         self.text_tail: dict[str, list[int]] | None = None  # path -> last lines of the program's own output
 
@@ -500,8 +501,9 @@ class JobBuilder:
                 job.backend = "nccl"
             elif any("gloo" in str(v) for v in self.tb_collectives.values()):
                 job.backend = "gloo"
-        if job.world_size is None and job.ranks and max(job.ranks) < MAX_WORLD:
+        if (job.world_size is None or self.world_inferred) and job.ranks and max(job.ranks) < MAX_WORLD:
             job.world_size = max(job.ranks) + 1
+            self.world_inferred = True
         for r, coll in self.collectives.items():
             info = self._rank(r)
             info.last_collective = {k: v for k, v in coll.items() if k not in ("line", "path")}

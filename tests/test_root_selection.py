@@ -40,10 +40,11 @@ IB_VERBS = ("gpu-07:23311:23402 [0] transport/net_ib.cc:1295 NCCL WARN NET/IB : 
 SHM_FULL = ("3c9ed2a6c4f0:219:254 [1] include/shmutils.h:29 NCCL WARN Error while creating shared memory segment "
             "/dev/shm/nccl-UtV0Le (size 9637888), error: No space left on device (28)\n")
 # a message of the wrong size (torch-desync-mismatch, 0.93, collective_mismatch)
-TRUNCATED = ("nodeB:902:952 [0] transport/net_socket.cc:540 NCCL WARN NET/Socket : peer 10.1.0.10<52133> message "
-             "truncated : receiving 1048576 bytes instead of 65536. If you believe your socket network is in healthy "
-             "state, there may be a mismatch in collective sizes or environment settings (e.g. NCCL_PROTO, "
-             "NCCL_ALGO) between ranks\n")
+# TORCH_DISTRIBUTED_DEBUG=DETAIL's fingerprint check on rank 2 (torch-desync-mismatch, 0.93)
+TRUNCATED = ("[rank2]: RuntimeError: Detected mismatch between collectives on ranks. Rank 2 is running collective: "
+             "CollectiveFingerPrint(SequenceNumber=12, OpType=ALLREDUCE, TensorShape=[1048576], TensorDtypes=Float), "
+             "but Rank 0 is running collective: CollectiveFingerPrint(SequenceNumber=12, OpType=ALLREDUCE, "
+             "TensorShape=[65536], TensorDtypes=Float).\n")
 
 
 def _watchdog(rank: int, seq: int, sec: int) -> str:
@@ -60,8 +61,8 @@ def _verdict(text: str):
 
 # ------------------------------------------------------------------------------------------------ domination
 def _versions_differ_with_truncation() -> str:
-    """syn_nccl_versions_differ (ranks 2-3 on NCCL 2.23.4, ranks 0-1 on 2.18.5) with the size mismatch the
-    version skew causes printed by rank 2 before the watchdog fires."""
+    """syn_nccl_versions_differ (ranks 2-3 on NCCL 2.23.4, ranks 0-1 on 2.18.5) with a size mismatch reported by
+    rank 2 before the watchdog fires."""
     lines = (ROOT / "fixtures" / "cases" / "syn_nccl_versions_differ" / "log.txt").read_text().splitlines(True)
     i = next(k for k, s in enumerate(lines) if "Watchdog caught" in s)
     return "".join(lines[:i]) + TRUNCATED + "".join(lines[i:])

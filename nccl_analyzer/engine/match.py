@@ -401,7 +401,8 @@ def _lagging_bound(b: "JobBuilder", ranks: tuple[int, ...], what: str) -> dict[s
 
 
 def _missing_ranks(b: "JobBuilder", reporting: set[int]) -> tuple[int, ...]:
-    world = b.job.world_size or 0
+    # a world size no line states (only "highest rank seen + 1") names no rank that exists for sure
+    world = 0 if getattr(b, "world_inferred", False) else (b.job.world_size or 0)
     known = set(b.job.ranks) | set(range(world))
     lag = set(b.lagging)
     if lag:
@@ -423,7 +424,8 @@ def silent_ranks(ctx: PredContext, **args: Any) -> PredResult | None:
     reporting = {r for r in (b.rank_of(e) for e in ctx.events) if r is not None}
     if not reporting:
         return None
-    world = b.job.world_size or 0
+    # a world size no line states (only "highest rank seen + 1") names no rank that exists for sure
+    world = 0 if getattr(b, "world_inferred", False) else (b.job.world_size or 0)
     known = set(b.job.ranks) | set(range(world))
     silent = tuple(sorted(r for r in known if r not in reporting))
     if silent:
