@@ -25,6 +25,7 @@ from typing import Callable
 
 from .classify import EventStream
 from .model import Event, Line
+from .parse.nccl import _chatter_key as chatter_key
 from .sources import MAX_LINE, Source, clean_text, read_text_blocks
 
 #: Whole-body shapes that always type to one kind (tests/test_triage.py checks every fixture line against
@@ -74,7 +75,7 @@ def _pattern(inert: frozenset[str], skip_coll: bool = False) -> re.Pattern[str]:
     skip = (r"(?!" + _PLAIN_HEAD + "(?:" + "|".join(shapes) + r") *(?![^\n]))") if shapes else ""
     return re.compile(
         r"\n" + skip + r"(?:" + _HEAD + r"(?:(?P<op>\w+): opCount " + _CLEAN + r"*|(?P<tr>Channel \d+/\d+ : " +
-        _CLEAN + r"* via " + _CLEAN + r"*))(?![^\n])|[^\n]*)")
+        _CLEAN + r"* via " + _CLEAN + r"*)|(?P<rt>(?:Ring |Trees|Tree |Channel )" + _CLEAN + r"*))(?![^\n])|[^\n]*)")
 
 
 _PATTERNS: dict[tuple[frozenset[str], bool], re.Pattern[str]] = {}
@@ -188,7 +189,12 @@ def scan(stream, src: Source, es: EventStream, inert: frozenset[str], emit: Call
             kind = m.lastgroup
             if kind is not None and nccl._pending is None and end - start <= MAX_LINE:
                 host, pid = m.group("host", "pid")
-                ckey = m.group("op") + ":" if kind == "op" else t[t.rfind(" via ", start, end):end]
+                if kind == "op":
+                    ckey = m.group("op") + ":"
+                elif kind == "tr":
+                    ckey = t[t.rfind(" via ", start, end):end]
+                else:  # ring, tree, trees, ring-order channel: the parser's own key
+                    ckey = chatter_key(t[m.start("rt"):end])
                 key = (host, pid, ckey)
                 p = pids.get(pid)
                 if p is None:

@@ -23,7 +23,7 @@ def _fixture_logs() -> list[Path]:
     out = []
     for p in sorted(FIX.rglob("*")):
         rel = p.relative_to(FIX).parts
-        if p.is_file() and rel[0] != "blind" and p.suffix in (".txt", ".log") and p.name != "README.md":
+        if p.is_file() and not rel[0].startswith("blind") and p.suffix in (".txt", ".log") and p.name != "README.md":
             out.append(p)
     return out
 
