@@ -104,14 +104,18 @@ class Tables:
                 return e.meaning()
         return None
 
-    def event(self, kind: str, get: Any) -> tuple[_Entry, Meaning] | None:
-        """The ``events.toml`` entry for an event (``get(field)`` reads its fields), or None if it is no error line."""
+    def entries_for(self, kind: str) -> tuple[_Entry, ...]:
+        """The ``events.toml`` entries whose kind globs accept ``kind`` (cached per kind)."""
         entries = self._by_kind.get(kind)
         if entries is None:
             entries = tuple(e for e in self.events if any(fnmatch.fnmatchcase(kind, k) for k in e.kinds))
             if len(self._by_kind) < 4096:
                 self._by_kind[kind] = entries
-        for e in entries:
+        return entries
+
+    def event(self, kind: str, get: Any) -> tuple[_Entry, Meaning] | None:
+        """The ``events.toml`` entry for an event (``get(field)`` reads its fields), or None if it is no error line."""
+        for e in self.entries_for(kind):
             ok = True
             for name, rx in e.where:
                 value = get(name)
