@@ -132,3 +132,69 @@ def test_every_chatter_line_reaches_the_parser_once_per_process(tmp_path):
     _same(fast, _per_line(str(p)))
     # 3 processes x 7 chatter keys parsed (plus their last lines at the end); the other lines counted
     assert fast["stats"]["compacted"] + fast["stats"]["counted"] >= len(lines) - 3 * 9 * 2, fast["stats"]
+
+
+def _init(host: str, pid: int, rank: int, comm: str, what: str) -> str:
+    return (f"{host}:{pid}:{pid + 1} [{rank}] NCCL INFO ncclCommInitRankConfig comm 0x{comm} rank {rank} nranks 2 "
+            f"cudaDev {rank} nvmlDev {rank} busId {rank + 1}000 commId 0x{comm}9 - Init {what}")
+
+
+def test_topology_runs_move_the_stage_as_every_line_does(tmp_path):
+    # Two communicators per process, each printing its topology dump (stage-only lines, parsed by runs: first and
+    # last); rank 1 stops in the second one's dump. The stage and its line must be what the per-line path gives:
+    # the last topology line each rank printed after its second Init START.
+    lines = []
+    procs = (("n0", 11, 0), ("n0", 12, 1))
+    for comm in ("aa", "bb"):
+        lines.extend(_init(h, pid, r, comm, "START") for h, pid, r in procs)
+        for i in range(6):
+            for h, pid, r in procs:
+                if comm == "bb" and r == 1 and i > 2:
+                    continue
+                lines.append(f"{h}:{pid}:{pid + 1} [{r}] NCCL INFO {i:2d} : GPU/{r}-{r + 1}000 NET/0-0")
+                lines.append(f"{h}:{pid}:{pid + 1} [{r}] NCCL INFO + PCI[48.0] - GPU/{r}-{r + 1}000 (0)")
+        if comm == "aa":
+            lines.extend(_init(h, pid, r, comm, "COMPLETE") for h, pid, r in procs)
+    p = tmp_path / "t.log"
+    p.write_text("\n".join(lines) + "\n")
+    fast, slow = _fast(str(p)), _per_line(str(p))
+    _same(fast, slow)
+    assert fast["stats"]["counted"] >= 20, fast["stats"]  # the runs' middle lines were not parsed
+    last = {r: max(i for i, ln in enumerate(lines, 1) if f":{pid}:" in ln and "GPU/" in ln) for _, pid, r in procs}
+    got = {r["rank"]: (r["stage"], r["stage_line"]["line"]) for r in fast["job"]["ranks"]}
+    assert got == {0: ("topology", last[0]), 1: ("topology", last[1])}
+
+
+def test_an_open_crash_report_ends_at_the_next_nccl_line(tmp_path):
+    # A native crash report ends when another parser takes a line: an inert or counted NCCL line right after it
+    # must end it on the fast path too (else the frame after that line would join the report).
+    alloc = "n0:11:12 [0] NCCL INFO channel.cc:1620 Cuda Alloc Size 12 pointer 0x7f5589f49000"
+    call = ("n0:11:12 [0] NCCL INFO AllReduce: opCount 3 sendbuff 0x7f2c9a149000 recvbuff 0x7f2c9a149000 count 1 "
+            "datatype 7 op 0 root 0 comm 0x55d0 [nranks=4] stream 0x55e0")
+    text = "\n".join([call, call.replace("opCount 3", "opCount 4"), alloc,
+                      "Fatal Python error: Segmentation fault",
+                      "Current thread 0x00007f483e29bb80 (most recent call first):",
+                      '  File "/work/train.py", line 42 in load_batch', alloc, call.replace("opCount 3", "opCount 5"),
+                      '  File "/work/train.py", line 50 in main', ""])
+    p = tmp_path / "crash.log"
+    p.write_text(text)
+
+    def crashes(fast: bool) -> list:
+        a = Analyzer()
+        got = []
+        add = a.add_event
+        a.add_event = lambda ev: (got.append(ev) if ev.kind == "native.crash" else None, add(ev))  # type: ignore
+        srcs = expand_inputs([str(p)])
+        a.add_sources(srcs)
+        for src in srcs:
+            if fast:
+                a.run_source(src)
+            else:
+                for line in iter_source(src):
+                    a.feed(line)
+                a.flush(src.path)
+        return [(ev.line, ev.end_line, ev.fields.get("frames")) for ev in got]
+
+    slow = crashes(False)
+    assert slow and slow[0][:2] == (4, 6), slow  # the report ends before the NCCL line that follows it
+    assert crashes(True) == slow
