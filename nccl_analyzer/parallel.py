@@ -25,7 +25,7 @@ from .sources import Source, clean_text, open_binary, read_text_lines
 MIN_PARALLEL_BYTES = 32 << 20
 #: A large plain file is cut into ranges of about this size (the main process holds the events of up to
 #: ``workers + 1`` ranges at a time: smaller ranges, a lower peak; docs/speed.md).
-CHUNK_BYTES = 16 << 20
+CHUNK_BYTES = 8 << 20
 #: Ranges are never smaller than this (tests lower it to force cuts in small inputs).
 MIN_CHUNK_BYTES = 4 << 20
 #: How far past a nominal cut we look for a safe line to start a range on.

@@ -8,15 +8,20 @@ what an earlier line of the same process already said (``Channel 05/0 : 3[3] -> 
 - an *inert* line (a plain NCCL INFO line whose whole body has one of the ``INERT_SHAPES`` and whose kind
   neither the job model nor any loaded rule reads: the caller decides, see ``Analyzer``) never leaves the
   regex engine; it is only counted (``Scan.counted``);
-- a *chatter* line (collective call, transport) gives one match: the first line of each (process, chatter
-  key) goes the full way, later ones are counted as ``NcclParser``'s compact mode counts them, sharing its
-  state (the last one of each process is kept and becomes an event at the end: what a process did last);
+- a *chatter* line (collective call, transport, ring, tree, ``Trees``, ring order) gives one match: the first
+  line of each (process, chatter key) goes the full way, later ones are counted as ``NcclParser``'s compact mode
+  counts them (the key is the parser's own ``_chatter_key``), sharing its state (the last one of each process is
+  kept and becomes an event at the end: what a process did last);
+- a *stage-only* line (topology dump: a kind only the per-rank stage reads, with a fixed stage; the caller
+  decides, see ``Analyzer``) gives one match: of each run of them per process with no other parsed line between,
+  the first and the last are parsed (the last just before the next parsed line), the rest counted;
 - every other line gives one match and goes the full way: cleaning, ``Line``, parsers, events.
 
 Line numbers come from counting newlines between matches (``str.count``, C). A line can only be skipped when
 its head is a plain ``host:pid:tid [dev] NCCL INFO`` (optionally NCCL's own ``[date time]``) with no wrapper
 prefix, control character or escape anywhere in the line: the full path would read it exactly as it is. After
-a WARN that continues on unprefixed lines the next lines go the full way until it is closed.
+a WARN that continues on unprefixed lines, or while a native crash report is open (the next line another parser
+takes ends it), the next lines go the full way until it is closed.
 """
 from __future__ import annotations
 
