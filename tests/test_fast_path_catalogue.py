@@ -198,3 +198,24 @@ def test_an_open_crash_report_ends_at_the_next_nccl_line(tmp_path):
     slow = crashes(False)
     assert slow and slow[0][:2] == (4, 6), slow  # the report ends before the NCCL line that follows it
     assert crashes(True) == slow
+
+
+def test_fixed_stage_agrees_with_stage_of_on_real_events():
+    # triage.py parses runs of a stage-only kind by their first and last lines only because every event of the
+    # kind shows the same stage (stage.fixed_stage); check that against stage_of on every such fixture event.
+    from nccl_analyzer.export import iter_events
+    from nccl_analyzer.stage import fixed_stage, stage_of
+
+    runs = Analyzer()._stage_only
+    assert runs, "no stage-only kinds: the run path is not exercised"
+    logs = [p for p in sorted((ROOT / "fixtures").rglob("log.txt"))
+            if not p.relative_to(ROOT / "fixtures").parts[0].startswith("blind")
+            and " : GPU/" in p.read_text(encoding="utf-8", errors="replace")]
+    assert logs
+    seen = 0
+    for log in logs:
+        for ev in iter_events([str(log)]):
+            if ev.kind in runs:
+                seen += 1
+                assert stage_of(ev) == (fixed_stage(ev.kind), None), (ev.kind, ev.text)
+    assert seen > 100
