@@ -24,7 +24,8 @@ from .sources import Source, clean_text, open_binary, read_text_lines
 #: Below this many bytes in total, one process is faster than starting workers.
 MIN_PARALLEL_BYTES = 32 << 20
 #: A large plain file is cut into ranges of about this size (the main process holds the events of up to
-#: ``workers + 1`` ranges at a time: smaller ranges, a lower peak; docs/speed.md).
+#: ``workers`` ranges at a time: smaller ranges, a lower peak, but each range parses the first chatter line of
+#: each process again; docs/speed.md).
 CHUNK_BYTES = 8 << 20
 #: Ranges are never smaller than this (tests lower it to force cuts in small inputs).
 MIN_CHUNK_BYTES = 4 << 20
@@ -245,7 +246,7 @@ def worker_count() -> int:
 
 def iter_results(units: list[Unit], workers: int, inert: frozenset[str] = frozenset(),
                  stage_only: frozenset[str] = frozenset()) -> Iterator[UnitResult]:
-    """Results in unit order, at most ``workers + 1`` units in flight (bounded memory)."""
+    """Results in unit order, at most ``workers`` units in flight (bounded memory)."""
     _warm_parsers()
     ctx = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=worker_init) as pool:
@@ -253,7 +254,7 @@ def iter_results(units: list[Unit], workers: int, inert: frozenset[str] = frozen
         it = iter(units)
         for unit in it:
             pending.append(pool.submit(parse_unit, unit, inert, stage_only))
-            if len(pending) >= workers + 1:
+            if len(pending) >= workers:
                 break
         while pending:
             fut = pending.pop(0)
