@@ -56,6 +56,10 @@ class Analyzer:
         # Kinds that only get counted (triage.py): nothing in the job model or the rules reads them.
         self._inert = frozenset() if keep_text else frozenset(
             k for k, _ in triage.INERT_SHAPES if not JobBuilder.reads(k) and not self.matcher.reads(k))
+        # Kinds only the per-rank stage reads (triage.py parses the first and last line of each run of them).
+        self._stage_only = frozenset() if keep_text else triage.run_kinds_of(frozenset(
+            k for k, _ in triage.INERT_SHAPES if k not in self._inert and JobBuilder.stage_only(k)
+            and not self.matcher.reads(k) and not self.ledger.reads(k)))
         self._counted = 0  # lines the fast path accounted for without the full path (triage.py)
 
     # -- input ----------------------------------------------------------------------------------------------
@@ -85,7 +89,8 @@ class Analyzer:
         if ev.kind == "torch.flight_recorder" and ev.fields.get("stage") == "dumping" and len(self._fr_pointers) < 4096:
             # (flight.events.is_pointer, inlined: this runs for every event)
             self._fr_pointers.append(ev)
-        if len(self._sample) < SAMPLE_CAP and not ev.kind.startswith(_QUIET_KINDS) and ev.kind not in self._inert:
+        if len(self._sample) < SAMPLE_CAP and not ev.kind.startswith(_QUIET_KINDS) and ev.kind not in self._inert \
+                and ev.kind not in self._stage_only:
             self._sample.append(ev)
 
     def run_source(self, src: Source, progress: Any = None, done_before: int = 0) -> None:
@@ -112,7 +117,7 @@ class Analyzer:
         tick = None if progress is None else (lambda n: progress.update(done_before + n))
         binary = open_binary(src)
         try:
-            res = triage.scan(binary, src, stream, self._inert, emit, tick)
+            res = triage.scan(binary, src, stream, self._inert, emit, tick, stage_only=self._stage_only)
         finally:
             if src.real is not None:
                 binary.close()
@@ -128,7 +133,8 @@ class Analyzer:
         offsets: dict[str, int] = {}
         total = 0
         self._parallel = True
-        for res in parallel.iter_results(parallel.plan_units(sources, workers), workers, self._inert):
+        for res in parallel.iter_results(parallel.plan_units(sources, workers), workers, self._inert,
+                                            self._stage_only):
             path = res.path
             base = offsets.get(path, 0)
             for ev in res.events:

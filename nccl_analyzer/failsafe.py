@@ -69,6 +69,12 @@ class ErrorLedger:
         self.fatal = False  # torchrun reports a worker that exited with a status > 0 (or unknown)
         self.torchrun = False  # torchrun reports any failed worker
 
+    def reads(self, kind: str) -> bool:
+        """Whether events of ``kind`` can change what the ledger accounts for (triage.py may skip the others)."""
+        t = self.t
+        return kind in t.progress_kinds or kind in t.caught_not_with or kind in t.caught_kinds \
+            or bool(t.entries_for(kind))
+
     def add(self, ev: Event) -> None:
         kind = ev.kind
         if kind in self.t.progress_kinds:

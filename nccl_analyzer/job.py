@@ -146,6 +146,16 @@ class JobBuilder:
             return True
         return any(kind.startswith(prefix) for prefix, _ in _PREFIX_HANDLERS)
 
+    @staticmethod
+    def stage_only(kind: str) -> bool:
+        """Whether the per-rank stage (stage.py) is all that reads events of ``kind`` (triage.py then parses only
+        the first and last line of each run of them)."""
+        if kind in _HANDLERS or kind.startswith(ERROR_KINDS_PREFIX) or kind.startswith(_TIMELINE_KINDS):
+            return False
+        if any(kind.startswith(prefix) for prefix, _ in _PREFIX_HANDLERS):
+            return False
+        return kind in KIND_STAGE or any(kind.startswith(prefix) for prefix, _ in KIND_PREFIX_STAGE)
+
     def add(self, ev: Event) -> None:
         """Fold one event into the model."""
         self.events += 1

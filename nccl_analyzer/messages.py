@@ -10,7 +10,7 @@ from __future__ import annotations
 import fnmatch
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable
@@ -75,6 +75,8 @@ class Tables:
     caught_kinds: frozenset[str] = frozenset({"python.traceback"})
     caught_ids: frozenset[str] = frozenset({"app_exception"})
     caught_exc_type: re.Pattern[str] | None = None
+    # event kind -> the ``events`` entries whose kind globs accept it (filled by ``event``; the globs are fixed)
+    _by_kind: dict[str, tuple[_Entry, ...]] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     # -- lookups ---------------------------------------------------------------------------------------------
     def nccl_warn(self, file: str | None, msg: str) -> Meaning | None:
@@ -104,11 +106,18 @@ class Tables:
                 return e.meaning()
         return None
 
+    def entries_for(self, kind: str) -> tuple[_Entry, ...]:
+        """The ``events.toml`` entries whose kind globs accept ``kind`` (cached per kind)."""
+        entries = self._by_kind.get(kind)
+        if entries is None:
+            entries = tuple(e for e in self.events if any(fnmatch.fnmatchcase(kind, k) for k in e.kinds))
+            if len(self._by_kind) < 4096:
+                self._by_kind[kind] = entries
+        return entries
+
     def event(self, kind: str, get: Any) -> tuple[_Entry, Meaning] | None:
         """The ``events.toml`` entry for an event (``get(field)`` reads its fields), or None if it is no error line."""
-        for e in self.events:
-            if not any(fnmatch.fnmatchcase(kind, k) for k in e.kinds):
-                continue
+        for e in self.entries_for(kind):
             ok = True
             for name, rx in e.where:
                 value = get(name)

@@ -23,8 +23,10 @@ from .sources import Source, clean_text, open_binary, read_text_lines
 
 #: Below this many bytes in total, one process is faster than starting workers.
 MIN_PARALLEL_BYTES = 32 << 20
-#: A large plain file is cut into ranges of about this size.
-CHUNK_BYTES = 48 << 20
+#: A large plain file is cut into ranges of about this size (the main process holds the events of up to
+#: ``workers`` ranges at a time: smaller ranges, a lower peak, but each range parses the first chatter line of
+#: each process again; docs/speed.md).
+CHUNK_BYTES = 8 << 20
 #: Ranges are never smaller than this (tests lower it to force cuts in small inputs).
 MIN_CHUNK_BYTES = 4 << 20
 #: How far past a nominal cut we look for a safe line to start a range on.
@@ -165,7 +167,7 @@ def iter_unit_lines(unit: Unit, first_line: int = 0) -> Iterator:
         stream.close()
 
 
-def parse_unit(unit: Unit, inert: frozenset[str] = frozenset()) -> UnitResult:
+def parse_unit(unit: Unit, inert: frozenset[str] = frozenset(), stage_only: frozenset[str] = frozenset()) -> UnitResult:
     """Worker: parse one unit in compact mode; line numbers are relative to the unit's first line.
 
     ``inert``: the kinds the fast path may count without parsing (triage.py; the caller's rules decide).
@@ -181,7 +183,7 @@ def parse_unit(unit: Unit, inert: frozenset[str] = frozenset()) -> UnitResult:
             stream.seek(unit.start)
         limited = _Limited(stream, unit.end - unit.start) if unit.end >= 0 else stream
         if local.fast:
-            res = triage.scan(limited, local, es, inert, events.extend)
+            res = triage.scan(limited, local, es, inert, events.extend, stage_only=stage_only)
             lineno, counted = res.lines, res.counted
         else:
             # The main process sniffed the source for binary content before planning (analysis.analyze).
@@ -242,23 +244,24 @@ def worker_count() -> int:
     return max(1, min(n, 16))
 
 
-def iter_results(units: list[Unit], workers: int, inert: frozenset[str] = frozenset()) -> Iterator[UnitResult]:
-    """Results in unit order, at most ``2 * workers`` units in flight (bounded memory)."""
+def iter_results(units: list[Unit], workers: int, inert: frozenset[str] = frozenset(),
+                 stage_only: frozenset[str] = frozenset()) -> Iterator[UnitResult]:
+    """Results in unit order, at most ``workers`` units in flight (bounded memory)."""
     _warm_parsers()
     ctx = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=worker_init) as pool:
         pending: list[Future] = []
         it = iter(units)
         for unit in it:
-            pending.append(pool.submit(parse_unit, unit, inert))
-            if len(pending) >= 2 * workers:
+            pending.append(pool.submit(parse_unit, unit, inert, stage_only))
+            if len(pending) >= workers:
                 break
         while pending:
             fut = pending.pop(0)
             yield fut.result()
             nxt = next(it, None)
             if nxt is not None:
-                pending.append(pool.submit(parse_unit, nxt, inert))
+                pending.append(pool.submit(parse_unit, nxt, inert, stage_only))
 
 
 def should_parallelize(sources: list[Source], workers: int) -> bool:

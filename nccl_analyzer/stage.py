@@ -121,6 +121,21 @@ def stage_of(ev: Event) -> tuple[Stage, str | None] | None:
     return st, None
 
 
+def fixed_stage(kind: str) -> Stage | None:
+    """The stage EVERY event of ``kind`` shows, whatever its fields, where that event names no rank of its own
+    (``own_rank``) and no transport; None otherwise. A run of such events of one process, with no other event
+    between them, moves the process exactly as its first and last events do (triage.py relies on it)."""
+    if kind in ("nccl.info", "nccl.coll", "nccl.ring", "nccl.tree", "nccl.transport") or kind.startswith("torch."):
+        return None
+    st = KIND_STAGE.get(kind)
+    if st is None:
+        for prefix, s in KIND_PREFIX_STAGE:
+            if kind.startswith(prefix):
+                st = s
+                break
+    return None if st is None or st is Stage.CONNECT or kind == "nccl.init.start" else st
+
+
 def own_rank(ev: Event) -> int | None:
     """The rank of the process that printed a ring/tree/connection line: the ``Ring``/``Tree`` line's own rank
     (event ``rank``), a connection's sender (``p2p.cc``/``shm.cc`` print on the send side; ``[send]``) or, for

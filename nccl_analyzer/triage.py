@@ -8,15 +8,20 @@ what an earlier line of the same process already said (``Channel 05/0 : 3[3] -> 
 - an *inert* line (a plain NCCL INFO line whose whole body has one of the ``INERT_SHAPES`` and whose kind
   neither the job model nor any loaded rule reads: the caller decides, see ``Analyzer``) never leaves the
   regex engine; it is only counted (``Scan.counted``);
-- a *chatter* line (collective call, transport) gives one match: the first line of each (process, chatter
-  key) goes the full way, later ones are counted as ``NcclParser``'s compact mode counts them, sharing its
-  state (the last one of each process is kept and becomes an event at the end: what a process did last);
+- a *chatter* line (collective call, transport, ring, tree, ``Trees``, ring order) gives one match: the first
+  line of each (process, chatter key) goes the full way, later ones are counted as ``NcclParser``'s compact mode
+  counts them (the key is the parser's own ``_chatter_key``), sharing its state (the last one of each process is
+  kept and becomes an event at the end: what a process did last);
+- a *stage-only* line (topology dump: a kind only the per-rank stage reads, with a fixed stage; the caller
+  decides, see ``Analyzer``) gives one match: of each run of them per process with no other parsed line between,
+  the first and the last are parsed (the last just before the next parsed line), the rest counted;
 - every other line gives one match and goes the full way: cleaning, ``Line``, parsers, events.
 
 Line numbers come from counting newlines between matches (``str.count``, C). A line can only be skipped when
 its head is a plain ``host:pid:tid [dev] NCCL INFO`` (optionally NCCL's own ``[date time]``) with no wrapper
 prefix, control character or escape anywhere in the line: the full path would read it exactly as it is. After
-a WARN that continues on unprefixed lines the next lines go the full way until it is closed.
+a WARN that continues on unprefixed lines, or while a native crash report is open (the next line another parser
+takes ends it), the next lines go the full way until it is closed.
 """
 from __future__ import annotations
 
@@ -25,7 +30,9 @@ from typing import Callable
 
 from .classify import EventStream
 from .model import Event, Line
+from .parse.nccl import _chatter_key as chatter_key
 from .sources import MAX_LINE, Source, clean_text, read_text_blocks
+from .stage import fixed_stage
 
 #: Whole-body shapes that always type to one kind (tests/test_triage.py checks every fixture line against
 #: the parser). Real samples from fixtures/h200-nccl-2.28.9/01_ok_subsys_all (NCCL 2.28.9, SUBSYS=ALL).
@@ -67,24 +74,37 @@ _TAIL = 1 << 16
 _OTHER_RE = re.compile(r"\n" + _PLAIN_HEAD + "(?:" + "|".join(rx for kind, rx in INERT_SHAPES if kind in _OTHER_CHATTER) + ")")
 
 
-def _pattern(inert: frozenset[str], skip_coll: bool = False) -> re.Pattern[str]:
+def _pattern(inert: frozenset[str], skip_coll: bool = False, runs: tuple[str, ...] = ()) -> re.Pattern[str]:
     shapes = [rx for kind, rx in INERT_SHAPES if kind in inert]
+    # stage-only kinds (``runs``): group s<i> is the i-th kind's shape
+    run_alts = "".join(f"|(?P<s{i}>{dict(INERT_SHAPES)[k]}) *" for i, k in enumerate(runs))
     if skip_coll:
         shapes.append(r"\w+: opCount " + _CLEAN + r"*")
     skip = (r"(?!" + _PLAIN_HEAD + "(?:" + "|".join(shapes) + r") *(?![^\n]))") if shapes else ""
     return re.compile(
         r"\n" + skip + r"(?:" + _HEAD + r"(?:(?P<op>\w+): opCount " + _CLEAN + r"*|(?P<tr>Channel \d+/\d+ : " +
-        _CLEAN + r"* via " + _CLEAN + r"*))(?![^\n])|[^\n]*)")
+        _CLEAN + r"* via " + _CLEAN + r"*)|(?P<rt>(?:Ring |Trees|Tree |Channel )" + _CLEAN + r"*)" + run_alts +
+        r")(?![^\n])|[^\n]*)")
 
 
-_PATTERNS: dict[tuple[frozenset[str], bool], re.Pattern[str]] = {}
+_PATTERNS: dict[tuple[frozenset[str], bool, tuple[str, ...]], re.Pattern[str]] = {}
 
 
-def _compiled(inert: frozenset[str], skip_coll: bool) -> re.Pattern[str]:
-    rx = _PATTERNS.get((inert, skip_coll))
+def _compiled(inert: frozenset[str], skip_coll: bool, runs: tuple[str, ...] = ()) -> re.Pattern[str]:
+    rx = _PATTERNS.get((inert, skip_coll, runs))
     if rx is None:
-        rx = _PATTERNS[(inert, skip_coll)] = _pattern(inert, skip_coll)
+        rx = _PATTERNS[(inert, skip_coll, runs)] = _pattern(inert, skip_coll, runs)
     return rx
+
+
+def _maybe_other(t: str) -> bool:
+    """Whether block ``t`` may hold a ring, tree or ring-order line (``_OTHER_RE``): three substring tests."""
+    return "NCCL INFO Ring " in t or "NCCL INFO Tree" in t or "NCCL INFO Channel " in t
+
+
+def run_kinds_of(stage_only: frozenset[str]) -> frozenset[str]:
+    """The kinds of ``stage_only`` that ``scan`` parses by runs (first and last line): a fixed stage, not chatter."""
+    return frozenset(k for k in stage_only if k not in _OTHER_CHATTER and fixed_stage(k) is not None)
 
 
 def _last_calls(t: str, procs: set[str]) -> dict[str, int]:
@@ -117,19 +137,50 @@ class Scan:
 
 
 def scan(stream, src: Source, es: EventStream, inert: frozenset[str], emit: Callable[[list[Event]], None],
-         progress: Callable[[int], None] | None = None, lineno: int = 0) -> Scan:
+         progress: Callable[[int], None] | None = None, lineno: int = 0,
+         stage_only: frozenset[str] = frozenset()) -> Scan:
     """Read a binary ``stream`` of ``src`` in blocks, feed the lines that can matter to ``es`` (line numbers from
-    ``lineno + 1``) and pass their events to ``emit``; ``progress(lines)`` after each block."""
-    rx_all = _compiled(inert, False)
+    ``lineno + 1``) and pass their events to ``emit``; ``progress(lines)`` after each block.
+
+    ``stage_only``: kinds (of ``INERT_SHAPES``) that only the per-rank stage reads and whose stage is fixed
+    (``stage.fixed_stage``): of each run of such lines of one process with no parsed line of any process between
+    them, only the first and the last are parsed (the last just before the next parsed line), which moves the
+    stage exactly as the whole run does."""
+    run_kinds = tuple(sorted(run_kinds_of(stage_only) - inert))
+    run_stage = {f"s{i}": fixed_stage(k) for i, k in enumerate(run_kinds)}
+    rx_all = _compiled(inert, False, run_kinds)
     # Block mode needs a block whose only chatter is collective calls: with the other chatter kinds inert that holds
     # for every block; else (the job model's stage tracking reads rings/trees/channels) it is checked per block.
-    rx_skip = _compiled(inert, True)
+    rx_skip = _compiled(inert, True, run_kinds)
     other = None if _OTHER_CHATTER <= inert else _OTHER_RE
     nccl = es._nccl
     nccl.chatter_src = src
     seen = nccl._chatter_seen
     last = nccl._chatter_last
-    feed = es.feed
+    crash = es._crash
+    runs: dict[tuple[str, int], list] = {}  # (host, pid) -> [stage, lineno, text] of the open run's last line
+    held = 0  # runs holding a line not parsed yet
+    es_feed = es.feed
+
+    def release() -> None:
+        # the lines the open runs hold, parsed in line order (before any later line is)
+        nonlocal held, fed
+        for r in sorted((r for r in runs.values() if r[1] is not None), key=lambda r: r[1]):
+            fed += 1
+            evs = es_feed(clean_text(r[2], src, r[1]))
+            r[1] = r[2] = None
+            if evs:
+                emit(evs)
+        held = 0
+
+    def feed(line: Line) -> list[Event]:
+        # any line parsed but a run's first ends every run (a run's first line only shows a stage of its process)
+        if held:
+            release()
+        if runs:
+            runs.clear()
+        return es_feed(line)
+
     out = Scan()
     first, compacted0 = lineno, nccl.compacted
     fast: set[tuple[str, str, str]] = set()  # chatter keys whose first line went the full way
@@ -153,7 +204,8 @@ def scan(stream, src: Source, es: EventStream, inert: frozenset[str], emit: Call
         base = lineno
         calls = None
         rx = rx_all
-        if nccl._pending is None and nccl.compact and t.find(" via ") < 0 and (other is None or other.search(t) is None):
+        if nccl._pending is None and crash._open is None and nccl.compact and t.find(" via ") < 0 and (
+                other is None or not _maybe_other(t) or other.search(t) is None):
             # Block mode: when every collective-call line of this block repeats a (process, call) already seen
             # and no other chatter can be here, the calls never leave the regex engine either; afterwards only
             # the last call of each process is looked up (what the per-line path would keep).
@@ -165,8 +217,9 @@ def scan(stream, src: Source, es: EventStream, inert: frozenset[str], emit: Call
         search = rx.search
         end = 0
         while True:
-            while nccl._pending is not None and end < n:
-                # A WARN continues on the next lines: they go the full way, whatever they are, until it closes.
+            while (nccl._pending is not None or crash._open is not None) and end < n:
+                # A WARN continues on the next lines, or a native crash report is open (the next line another
+                # parser takes closes it): they go the full way, whatever they are, until it closes.
                 nxt = t.find("\n", end + 1)
                 stop = n if nxt < 0 else nxt
                 lineno += 1
@@ -186,9 +239,31 @@ def scan(stream, src: Source, es: EventStream, inert: frozenset[str], emit: Call
             lineno += count("\n", pos, start + 1)
             end = m.end()
             kind = m.lastgroup
-            if kind is not None and nccl._pending is None and end - start <= MAX_LINE:
+            if kind is not None and kind[0] == "s" and end - start <= MAX_LINE:
                 host, pid = m.group("host", "pid")
-                ckey = m.group("op") + ":" if kind == "op" else t[t.rfind(" via ", start, end):end]
+                p = pids.get(pid)
+                if p is None:
+                    p = pids[pid] = int(pid)
+                st = run_stage[kind]
+                r = runs.get((host, p))
+                if r is not None and r[0] is st:
+                    if r[1] is None:
+                        held += 1
+                    r[1], r[2] = lineno, t[start + 1:end]
+                    continue
+                if held:
+                    release()
+                fed += 1
+                events = es_feed(clean_text(t[start + 1:end], src, lineno))
+                runs[(host, p)] = [st, None, None]
+            elif kind is not None and kind[0] != "s" and nccl._pending is None and end - start <= MAX_LINE:
+                host, pid = m.group("host", "pid")
+                if kind == "op":
+                    ckey = m.group("op") + ":"
+                elif kind == "tr":
+                    ckey = t[t.rfind(" via ", start, end):end]
+                else:  # ring, tree, trees, ring-order channel: the parser's own key
+                    ckey = chatter_key(t[m.start("rt"):end])
                 key = (host, pid, ckey)
                 p = pids.get(pid)
                 if p is None:
@@ -226,6 +301,8 @@ def scan(stream, src: Source, es: EventStream, inert: frozenset[str], emit: Call
                 last[(host, int(pid))] = (ln, t[i + 1:stop if stop >= 0 else n])
         if progress is not None:
             progress(lineno)
+    if held:
+        release()
     out.lines = lineno
     out.counted = lineno - first - fed - (nccl.compacted - compacted0)
     return out

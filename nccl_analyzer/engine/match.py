@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ..model import Event
 from ..ranks import rank_ranges
+from .prefilter import required
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..job import JobBuilder
@@ -33,6 +34,7 @@ class FieldTest:
     op: str  # eq | ne | re | nre | num | any
     value: Any = None
     alts: tuple["FieldTest", ...] = ()
+    need: tuple[str, ...] | None = None  # re/nre: literals one of which any match contains (prefilter.py)
 
     def check(self, ev: Event, memo: dict[str, Any]) -> dict[str, Any] | None:
         """Captured named groups ({} when none) if the event passes; None if not."""
@@ -44,11 +46,19 @@ class FieldTest:
             return None
         v = field_value(ev, self.field, memo)
         if self.op == "nre":
-            return {} if v is None or not self.value.search(str(v)) else None
+            if v is None:
+                return {}
+            s = str(v)
+            if self.need is not None and not any(x in s for x in self.need):
+                return {}
+            return {} if not self.value.search(s) else None
         if v is None:
             return {} if self.op == "ne" else None
         if self.op == "re":
-            m = self.value.search(str(v))
+            s = str(v)
+            if self.need is not None and not any(x in s for x in self.need):
+                return None
+            m = self.value.search(s)
             if not m:
                 return None
             caps = {k: val for k, val in m.groupdict().items() if val is not None}
@@ -118,7 +128,7 @@ def _compile_test(name: str, value: Any) -> FieldTest:
                 rx = re.compile(pat)
             except re.error as exc:
                 raise SelectorError(f"field '{name}': bad regex {pat!r}: {exc}", name) from exc
-            return FieldTest(name, "nre" if neg else "re", rx)
+            return FieldTest(name, "nre" if neg else "re", rx, need=required(rx))
         m = _NUM_OP.match(value)
         if m:
             return FieldTest(name, "num", (m.group(1), float(m.group(2))))
