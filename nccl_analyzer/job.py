@@ -89,6 +89,8 @@ class JobBuilder:
         self._pid_rank: dict[tuple[str | None, int], tuple[int, int]] = {}  # (host,pid) -> (rank, nranks)
         self._pid_info: dict[tuple[str | None, int], dict[str, Any]] = {}
         self._lr_pid: dict[tuple[str | None, int], int] = {}  # (host, local_rank) -> pid (torchrun agent)
+        self._elastic_rank: dict[int, int] = {}  # worker pid -> global rank, as torchrun's failure report says
+        self._elastic_top = -1  # the highest rank torchrun reported
         self._pending: dict[tuple[str | None, int], list[dict[str, Any]]] = {}
         self.init: dict[str, dict[int, str]] = {}  # comm_id -> rank -> started|complete
         self.busids: dict[tuple[str, str], set[int]] = {}  # (host, busId) -> global ranks (per comm -> see comms)
@@ -123,6 +125,12 @@ class JobBuilder:
             hit = self._pid_rank.get((ev.host, ev.pid))
             if hit is None:
                 hit = self._pid_rank.get((None, ev.pid))
+            er = self._elastic_rank.get(ev.pid)
+            # torchrun reports the worker's global rank (RANK); NCCL's Init line the rank in that communicator,
+            # the global one only for a communicator of the whole job. One of fewer ranks than torchrun's
+            # highest reported rank is a subgroup (a 1-rank NCCL group per process beside a gloo world).
+            if er is not None and (hit is None or (hit[0] != er and hit[1] <= self._elastic_top)):
+                return er
             if hit is not None:
                 return hit[0]
         return ev.rank
@@ -457,6 +465,9 @@ class JobBuilder:
             info.local_rank = int(entry["local_rank"])
         if entry.get("pid") is not None:
             self._pid_rank.setdefault((None, int(entry["pid"])), (rank, 0))
+            if len(self._elastic_rank) < _PID_CAP:
+                self._elastic_rank[int(entry["pid"])] = rank
+                self._elastic_top = max(self._elastic_top, rank)
         tl = info.timeline
         if len(tl) < TIMELINE_CAP:
             tl.append({"kind": ev.kind, "path": ev.path, "line": ev.line, "time": ev.get("time"),

@@ -469,6 +469,27 @@ def _rank_list(ranks: tuple[int, ...]) -> str:
 
 
 @predicate
+def ranks_named(ctx: PredContext, regex: str = "", **args: Any) -> PredResult | None:
+    """The ranks the matched message itself names as the faulty ones (``[Rank 0]: Ranks 1, 2 failed to pass
+    monitoredBarrier``): the named group ``ranks`` of ``regex`` on each matched event's body, a list of numbers
+    ("2", "1, 2"). The rank that printed the message is a witness, not the culprit. None when no event names any."""
+    rx = re.compile(regex)
+    named: set[int] = set()
+    evidence: list[Event] = []
+    for ev in ctx.events:
+        m = rx.search(str(field_value(ev, "body") or ""))
+        if m and m.groupdict().get("ranks"):
+            got = {int(x) for x in re.findall(r"\d+", m.group("ranks"))}
+            if got:
+                named |= got
+                evidence.append(ev)
+    if not named:
+        return None
+    ranks = tuple(sorted(named))
+    return PredResult(bound={"named": _rank_list(ranks), "named_who": _who(ranks)}, ranks=ranks, evidence=evidence)
+
+
+@predicate
 def rank_missing_from_collective(ctx: PredContext) -> PredResult | None:
     """Some ranks of the world never reported the collective the others timed out in (or desync names them)."""
     b = ctx.builder
