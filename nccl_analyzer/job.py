@@ -91,6 +91,8 @@ class JobBuilder:
         self._lr_pid: dict[tuple[str | None, int], int] = {}  # (host, local_rank) -> pid (torchrun agent)
         self._elastic_rank: dict[int, int] = {}  # worker pid -> global rank, as torchrun's failure report says
         self._elastic_top = -1  # the highest rank torchrun reported
+        self._elastic_pids: set[int] = set()  # worker pids torchrun names (teardown, failures, its report)
+        self._comm_pids: dict[str, set[int]] = {}  # commId -> pids of the processes that joined it
         self._pending: dict[tuple[str | None, int], list[dict[str, Any]]] = {}
         self.init: dict[str, dict[int, str]] = {}  # comm_id -> rank -> started|complete
         self.busids: dict[tuple[str, str], set[int]] = {}  # (host, busId) -> global ranks (per comm -> see comms)
@@ -171,6 +173,8 @@ class JobBuilder:
                     break
         if handler is not None:
             handler(self, ev)
+        if k.startswith("torch.elastic.") and ev.pid is not None and len(self._elastic_pids) < _PID_CAP:
+            self._elastic_pids.add(ev.pid)
         if k.startswith(ERROR_KINDS_PREFIX):
             self._first_error(ev)
         self.stages.add(ev, self)
@@ -268,6 +272,10 @@ class JobBuilder:
         if comm not in self.job.communicators and len(self.job.communicators) < _COMM_CAP:
             self.job.communicators[comm] = {"nranks": nranks, "ranks": {}, "complete": 0}
         c = self.job.communicators.get(comm)
+        if c is not None and ev.pid is not None:
+            pids = self._comm_pids.setdefault(comm, set())
+            if len(pids) < 1024:
+                pids.add(ev.pid)
         states = self.init.setdefault(comm, {}) if comm in self.job.communicators else {}
         if complete:
             states[rank] = "complete"
@@ -511,6 +519,16 @@ class JobBuilder:
                 job.backend = "nccl"
             elif any("gloo" in str(v) for v in self.tb_collectives.values()):
                 job.backend = "gloo"
+        if self._elastic_pids and self._comm_pids:
+            # Where torchrun names its workers' pids, a communicator none of them joined is another job's (other
+            # processes' output in the same log): its size is not this job's world size.
+            own = [c for c, pids in self._comm_pids.items() if pids & self._elastic_pids]
+            foreign = [c for c, pids in self._comm_pids.items() if pids and not pids & self._elastic_pids]
+            if foreign:
+                sizes = [int(job.communicators[c].get("nranks") or 0) for c in own if c in job.communicators]
+                sizes += [r + 1 for r in self.exits if r < MAX_WORLD]
+                job.world_size = max(sizes) if sizes and max(sizes) > 0 else None
+                job.extra["foreign_communicators"] = sorted(foreign)[:16]
         if job.world_size is None and job.ranks and max(job.ranks) < MAX_WORLD:
             job.world_size = max(job.ranks) + 1
         for r, coll in self.collectives.items():

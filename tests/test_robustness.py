@@ -319,22 +319,14 @@ KEEPS: dict[str, Callable[[int, str, int], bool]] = {
 RANK_MISSES: dict[tuple[str, str], str] = {
     ("public4_pytorch150916_killed_peer_remote_error", "noise"):
         "ranks of the healthy noise processes' communicator are blamed (the label names no culprit rank)",
-    ("syn_peer_exit_node2_gone", "head_cut"):
-        "with the init lines cut, ranks 0-2 of the surviving node are blamed beside node 2's ranks 8-15",
-    **{(c, "noise"): "the healthy noise processes' ranks 4-7 are blamed beside the culprit (they never joined "
-                     "the stuck collective of the culprit's job: a cross-job attribution bug)"
-       for c in ("cpu_gloo_rank3_sleeps", "cpu_gloo_fr_rank3_sleeps", "cpu_gloo_fr_rank3_sleeps_all_dump",
-                 "cpu_gloo_fr_json_rank3_sleeps")},
 }
 
 #: Causes the analysis is known to get wrong after a transformation (found when the hang and fail-safe rules
 #: landed): each a bug to fix, listed so that no other pair can regress unseen.
 CAUSE_MISSES: dict[tuple[str, str], str] = {
-    ("cut_first_collective_h200_killed", "noise"): "an exception line of the noise is taken for an unexplained "
-                                                   "communication error (fail-safe) over the hang",
-    ("h200_first_collective_killed", "noise"): "as cut_first_collective_h200_killed",
-    ("public4_xdit147_heartbeat_monitor", "noise"): "the noise processes' NET/Socket connections make the "
-                                                     "hang-net-socket rule fire over the heartbeat timeout",
+    ("cut_first_collective_h200_killed", "noise"): "the noise's training-step prints after the stuck rank's last "
+                                                   "stage line are read as its own progress (hang-first-collective's "
+                                                   "quiet_after), so only torchrun's SignalException is left (fail-safe)",
 }
 
 TRANSFORMS: dict[str, Callable[[Files], Files]] = {

@@ -424,8 +424,13 @@ def silent_ranks(ctx: PredContext, **args: Any) -> PredResult | None:
     if not reporting:
         return None
     world = b.job.world_size or 0
-    known = set(b.job.ranks) | set(range(world))
+    # (a rank past the world size is another job's: a communicator none of this job's processes joined)
+    known = {r for r in set(b.job.ranks) | set(range(world)) if not world or r < world}
     silent = tuple(sorted(r for r in known if r not in reporting))
+    if silent and any(e.pid is not None and b.rank_of(e) is None for e in ctx.events):
+        # Some reporting process's rank is unknown (its Init line is not in the input: a log cut at the start):
+        # it is one of the "silent" ranks, and which one the log does not say.
+        return None
     if silent:
         return PredResult(bound={"lagging": _rank_list(silent)}, ranks=silent)
     return PredResult(bound={}, ranks=tuple(sorted(reporting)))
