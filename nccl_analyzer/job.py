@@ -117,6 +117,8 @@ class JobBuilder:
         self.proc_stages: list[tuple[int, tuple[Any, Event, str | None]]] = []  # (rank, entry) per NCCL process
         self.torch_stages: dict[int, tuple[Any, Event, str | None]] = {}  # rank -> entry from torch's work records
         self.text_tail: dict[str, list[int]] | None = None  # path -> last lines of the program's own output
+        # path -> pid of the NCCL process printing just before them (None: none / a torch line) -> those lines
+        self.text_ctx: dict[str, dict[int | None, list[int]]] | None = None
 
     # -- identity ------------------------------------------------------------------------------------------
     def rank_of(self, ev: Event) -> int | None:

@@ -324,9 +324,6 @@ RANK_MISSES: dict[tuple[str, str], str] = {
 #: Causes the analysis is known to get wrong after a transformation (found when the hang and fail-safe rules
 #: landed): each a bug to fix, listed so that no other pair can regress unseen.
 CAUSE_MISSES: dict[tuple[str, str], str] = {
-    ("cut_first_collective_h200_killed", "noise"): "the noise's training-step prints after the stuck rank's last "
-                                                   "stage line are read as its own progress (hang-first-collective's "
-                                                   "quiet_after), so only torchrun's SignalException is left (fail-safe)",
 }
 
 TRANSFORMS: dict[str, Callable[[Files], Files]] = {
