@@ -317,8 +317,6 @@ KEEPS: dict[str, Callable[[int, str, int], bool]] = {
 #: assert the label's ``ranks``). Only the rank check is left out for them, the cause is still asserted; each
 #: is a bug to fix, not an accepted answer.
 RANK_MISSES: dict[tuple[str, str], str] = {
-    ("public4_pytorch150916_killed_peer_remote_error", "noise"):
-        "ranks of the healthy noise processes' communicator are blamed (the label names no culprit rank)",
 }
 
 #: Causes the analysis is known to get wrong after a transformation (found when the hang and fail-safe rules
