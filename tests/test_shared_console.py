@@ -42,3 +42,20 @@ def test_steps_with_no_other_process_around_are_progress():
     # so the hang rule (which rests on the absence of progress) does not fire
     d = analyze_text(_with(_other_job(3, own_nccl=False)), rules=RULES)
     assert d.root_cause is None or d.root_cause.rule != "hang-first-collective"
+
+
+XDIT = (ROOT / "fixtures" / "cases" / "public4_xdit147_heartbeat_monitor" / "log.txt").read_text()
+
+
+def test_a_process_still_connecting_after_the_timeout_does_not_explain_it():
+    # xDiT#147's heartbeat-monitor timeout, then another job's process (whose rank number is also 0) still setting up
+    # its NET/Socket channels: it was getting on when the timeout fired, so its stage is not why the job hung
+    other = "".join(f"other-node:70001:70001 [0] NCCL INFO {s}\n" for s in (
+        "ncclCommInitRankConfig comm 0x55d0c1e0 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 18000 commId 0xabc001 - Init START",
+        "Channel 00/0 : 0[0] -> 1[0] [send] via NET/Socket/0",
+        "Channel 01/0 : 0[0] -> 1[0] [send] via NET/Socket/0"))
+    d = analyze_text(XDIT + other, rules=RULES)
+    assert d.root_cause is not None and d.root_cause.rule == "torch-heartbeat-timeout", d.root_cause
+    # the control: the same process stopped there BEFORE the timeout was reported is the stage that explains it
+    d = analyze_text(other + XDIT, rules=RULES)
+    assert d.root_cause is not None and d.root_cause.id == "network_connect", d.root_cause

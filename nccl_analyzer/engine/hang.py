@@ -138,6 +138,16 @@ def stuck_stage(ctx: PredContext, **args: Any) -> PredResult | None:
             return None
     if args.get("quiet_after") and _progress_after(b, [stages[r][1] for r in behind], ctx.events, _job_pids(ctx)):
         return None
+    first_timeout: dict[str, int] = {}
+    for e in ctx.events:
+        if e.kind.startswith(TIMEOUT_KINDS) and e.line < first_timeout.get(e.path, e.line + 1):
+            first_timeout[e.path] = e.line
+    if first_timeout and all(stages[r][1].line > first_timeout.get(stages[r][1].path, stages[r][1].line)
+                             for r in behind):
+        # every stuck rank's last stage line comes after the timeout was already reported in the same input: those
+        # processes were still getting on when it fired (another job's processes in a shared console), so where
+        # they stopped does not explain it
+        return None
     first = stages[behind[0]][1]
     transport = transports[0] if transports else None
     bound: dict[str, Any] = {
