@@ -230,6 +230,8 @@ class Analyzer:
         # where the program printed its own output last, per input (the hang rules read it as progress); unknown
         # (None) for inputs parsed in worker processes
         self.builder.text_tail = None if self._parallel else {p: list(s.text_tail) for p, s in self._streams.items()}
+        self.builder.text_ctx = None if self._parallel else {
+            p: {pid: list(d) for pid, d in s.ctx_tail.items()} for p, s in self._streams.items()}
 
     def hits(self) -> list[Hit]:
         """All rule hits so far."""

@@ -30,7 +30,8 @@ class EventStream:
             events (see ``NcclParser``).
     """
 
-    __slots__ = ("_nccl", "_torch", "_crash", "_errtext", "keep_text", "counts", "_held", "_seq", "text_tail")
+    __slots__ = ("_nccl", "_torch", "_crash", "_errtext", "keep_text", "counts", "_held", "_seq", "text_tail",
+                 "_ctx", "ctx_tail")
 
     def __init__(self, keep_text: bool = False, compact: bool = False):
         self._nccl = NcclParser(compact=compact)
@@ -39,15 +40,36 @@ class EventStream:
         self._errtext = ErrorTextParser()  # error lines no grammar owns (launchers, MPI, bindings): messages/text.toml
         # line numbers of the last non-blank lines no parser took (the program's own output: progress)
         self.text_tail: deque[int] = deque(maxlen=TEXT_TAIL)
+        # the same lines by the process whose NCCL line came last before them (None: a torch line or none came
+        # last): in a console several processes share, a print most likely belongs to the process printing around it
+        self._ctx: int | None = None
+        self.ctx_tail: dict[int | None, deque[int]] = {}
         self.keep_text = keep_text
         self.counts = {"text": 0}
         self._held: list[tuple[int, int, Event]] = []
         self._seq = 0
 
+    def text_context(self, lineno: int, pid: int) -> None:
+        """The program-output line ``lineno`` just fed came right after an NCCL line of ``pid`` that took no parser
+        (the fast path skips inert NCCL lines): file it under that process."""
+        tail = self.ctx_tail.get(self._ctx)
+        if tail and tail[-1] == lineno and self._ctx != pid:
+            tail.pop()
+            mine = self.ctx_tail.get(pid)
+            if mine is None and len(self.ctx_tail) < 4096:
+                mine = self.ctx_tail[pid] = deque(maxlen=TEXT_TAIL)
+            if mine is not None:
+                mine.append(lineno)
+        self._ctx = pid
+
     def feed(self, line: Line) -> list[Event]:
         events = self._nccl.feed(line)
+        if events and events[-1].pid is not None:
+            self._ctx = events[-1].pid  # (a bare "NCCL version" banner says no pid: whoever printed before)
         if events is None:
             events = self._torch.feed(line)
+            if events:
+                self._ctx = None
             if events is None:
                 events = self._crash.feed(line)
                 if events is None:
@@ -60,6 +82,11 @@ class EventStream:
                 self.counts["text"] += 1
                 if line.text and not line.text.isspace():
                     self.text_tail.append(line.lineno)
+                    tail = self.ctx_tail.get(self._ctx)
+                    if tail is None and len(self.ctx_tail) < 4096:
+                        tail = self.ctx_tail[self._ctx] = deque(maxlen=TEXT_TAIL)
+                    if tail is not None:
+                        tail.append(line.lineno)
                 if not self.keep_text:
                     return self._release() if self._held else []
                 events = [Event("text", line.path, line.lineno, line.raw, rank=line.rank, time=line.time)]

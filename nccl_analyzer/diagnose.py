@@ -135,6 +135,10 @@ def diagnose(hits: list[Hit], builder: "JobBuilder") -> Verdict:
     if not ranks:
         for h in same_tax:
             ranks |= set(h.ranks)
+        if best.victims_only:
+            # torchrun's report of the ranks that reported the lost peer (they exited 1 or were torn down after
+            # it) names victims too: only another rank can be the peer that went away
+            ranks -= set(best.event_ranks)
     if not ranks and best.victims_only:
         pass  # the only ranks in view reported losing a peer: they are not the cause, and the peer is unknown
     elif not ranks and len(job.ranks) == 1:

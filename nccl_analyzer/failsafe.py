@@ -46,6 +46,7 @@ class _Err:
     exc_type: str = ""
     host: str | None = None
     settled: str | None = None  # the dismissal reason once decided
+    uncaught: bool = False  # printed by torch's excepthook: it ended the process
     parent: "_Err | None" = None
 
 
@@ -112,7 +113,9 @@ class ErrorLedger:
         body = _body(ev)
         self.errors.append(_Err(self.seen, ev.path, ev.line, ev.end_line or ev.line, kind, ev.text, ev.rank, meaning,
                                 f"{meaning.entry}|{_NUM.sub('#', body)[:300]}", body[:500],
-                                str(ev.fields.get("exc_type") or ""), ev.host))
+                                str(ev.fields.get("exc_type") or ""), ev.host,
+                                uncaught=self.t.caught_uncaught is not None and kind in self.t.caught_kinds
+                                and bool(self.t.caught_uncaught.search(ev.text))))
 
     def _refine(self, entry: Any, meaning: Meaning, ev: Event) -> Meaning:
         if entry.subtable == "nccl":
@@ -172,7 +175,7 @@ class ErrorLedger:
                 # no worker died of an exception); without it, nothing but other application exceptions (which
                 # show the process went on) may follow.
                 usual = self.t.caught_exc_type is None or bool(self.t.caught_exc_type.search(e.exc_type))
-                if e.settled is None and app and not self.fatal and e.key not in later_keys \
+                if e.settled is None and app and not self.fatal and not e.uncaught and e.key not in later_keys \
                         and (self.torchrun or (not blocking and usual)):
                     after = last - e.end - err_lines
                     if after >= self.t.caught_min_lines:

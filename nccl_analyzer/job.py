@@ -89,6 +89,10 @@ class JobBuilder:
         self._pid_rank: dict[tuple[str | None, int], tuple[int, int]] = {}  # (host,pid) -> (rank, nranks)
         self._pid_info: dict[tuple[str | None, int], dict[str, Any]] = {}
         self._lr_pid: dict[tuple[str | None, int], int] = {}  # (host, local_rank) -> pid (torchrun agent)
+        self._elastic_rank: dict[int, int] = {}  # worker pid -> global rank, as torchrun's failure report says
+        self._elastic_top = -1  # the highest rank torchrun reported
+        self._elastic_pids: set[int] = set()  # worker pids torchrun names (teardown, failures, its report)
+        self._comm_pids: dict[str, set[int]] = {}  # commId -> pids of the processes that joined it
         self._pending: dict[tuple[str | None, int], list[dict[str, Any]]] = {}
         self.init: dict[str, dict[int, str]] = {}  # comm_id -> rank -> started|complete
         self.busids: dict[tuple[str, str], set[int]] = {}  # (host, busId) -> global ranks (per comm -> see comms)
@@ -114,6 +118,8 @@ class JobBuilder:
         self.world_inferred = False  # world_size is only "highest rank seen + 1" (no line states it)
         self.torch_stages: dict[int, tuple[Any, Event, str | None]] = {}  # rank -> entry from torch's work records
         self.text_tail: dict[str, list[int]] | None = None  # path -> last lines of the program's own output
+        # path -> pid of the NCCL process printing just before them (None: none / a torch line) -> those lines
+        self.text_ctx: dict[str, dict[int | None, list[int]]] | None = None
 
     # -- identity ------------------------------------------------------------------------------------------
     def rank_of(self, ev: Event) -> int | None:
@@ -124,6 +130,12 @@ class JobBuilder:
             hit = self._pid_rank.get((ev.host, ev.pid))
             if hit is None:
                 hit = self._pid_rank.get((None, ev.pid))
+            er = self._elastic_rank.get(ev.pid)
+            # torchrun reports the worker's global rank (RANK); NCCL's Init line the rank in that communicator,
+            # the global one only for a communicator of the whole job. One of fewer ranks than torchrun's
+            # highest reported rank is a subgroup (a 1-rank NCCL group per process beside a gloo world).
+            if er is not None and (hit is None or (hit[0] != er and hit[1] <= self._elastic_top)):
+                return er
             if hit is not None:
                 return hit[0]
         return ev.rank
@@ -174,6 +186,8 @@ class JobBuilder:
                     break
         if handler is not None:
             handler(self, ev)
+        if k.startswith("torch.elastic.") and ev.pid is not None and len(self._elastic_pids) < _PID_CAP:
+            self._elastic_pids.add(ev.pid)
         if k.startswith(ERROR_KINDS_PREFIX):
             self._first_error(ev)
         self.stages.add(ev, self)
@@ -271,6 +285,10 @@ class JobBuilder:
         if comm not in self.job.communicators and len(self.job.communicators) < _COMM_CAP:
             self.job.communicators[comm] = {"nranks": nranks, "ranks": {}, "complete": 0}
         c = self.job.communicators.get(comm)
+        if c is not None and ev.pid is not None:
+            pids = self._comm_pids.setdefault(comm, set())
+            if len(pids) < 1024:
+                pids.add(ev.pid)
         states = self.init.setdefault(comm, {}) if comm in self.job.communicators else {}
         if complete:
             states[rank] = "complete"
@@ -468,6 +486,9 @@ class JobBuilder:
             info.local_rank = int(entry["local_rank"])
         if entry.get("pid") is not None:
             self._pid_rank.setdefault((None, int(entry["pid"])), (rank, 0))
+            if len(self._elastic_rank) < _PID_CAP:
+                self._elastic_rank[int(entry["pid"])] = rank
+                self._elastic_top = max(self._elastic_top, rank)
         tl = info.timeline
         if len(tl) < TIMELINE_CAP:
             tl.append({"kind": ev.kind, "path": ev.path, "line": ev.line, "time": ev.get("time"),
@@ -511,6 +532,16 @@ class JobBuilder:
                 job.backend = "nccl"
             elif any("gloo" in str(v) for v in self.tb_collectives.values()):
                 job.backend = "gloo"
+        if self._elastic_pids and self._comm_pids:
+            # Where torchrun names its workers' pids, a communicator none of them joined is another job's (other
+            # processes' output in the same log): its size is not this job's world size.
+            own = [c for c, pids in self._comm_pids.items() if pids & self._elastic_pids]
+            foreign = [c for c, pids in self._comm_pids.items() if pids and not pids & self._elastic_pids]
+            if foreign:
+                sizes = [int(job.communicators[c].get("nranks") or 0) for c in own if c in job.communicators]
+                sizes += [r + 1 for r in self.exits if r < MAX_WORLD]
+                job.world_size = max(sizes) if sizes and max(sizes) > 0 else None
+                job.extra["foreign_communicators"] = sorted(foreign)[:16]
         if (job.world_size is None or self.world_inferred) and job.ranks and max(job.ranks) < MAX_WORLD:
             job.world_size = max(job.ranks) + 1
             self.world_inferred = True

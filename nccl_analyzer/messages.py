@@ -77,6 +77,7 @@ class Tables:
     caught_exc_type: re.Pattern[str] | None = None
     # event kind -> the ``events`` entries whose kind globs accept it (filled by ``event``; the globs are fixed)
     _by_kind: dict[str, tuple[_Entry, ...]] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    caught_uncaught: re.Pattern[str] | None = None  # a traceback's first raw line that only an uncaught one has
 
     # -- lookups ---------------------------------------------------------------------------------------------
     def nccl_warn(self, file: str | None, msg: str) -> Meaning | None:
@@ -254,7 +255,8 @@ def build_tables(files: Iterable[Path]) -> Tables:
                   caught_not_with=frozenset(caught.get("not_with", ())),
                   caught_kinds=frozenset(caught.get("kinds", ("python.traceback",))),
                   caught_ids=frozenset(caught.get("ids", ("app_exception",))),
-                  caught_exc_type=_compile(caught["exc_type"], "[caught] exc_type") if "exc_type" in caught else None)
+                  caught_exc_type=_compile(caught["exc_type"], "[caught] exc_type") if "exc_type" in caught else None,
+                  caught_uncaught=_compile(caught["uncaught"], "[caught] uncaught") if "uncaught" in caught else None)
 
 
 @lru_cache(maxsize=8)

@@ -65,6 +65,7 @@ _CLEAN = r"[^\x00-\x08\x0a-\x1f\x7f]"  # what clean_text keeps unchanged (tab in
 
 
 _PLAIN_HEAD = _HEAD.replace("?P<host>", "").replace("?P<pid>", "")
+_PREV_HEAD = re.compile(r"(?:\[[\d :.,/T+-]+\] )?[\w.-]+:(\d+):\d+ \[\d+\] NCCL ")
 # A collective-call line ("AllReduce: opCount 1f sendbuff ..."), its process ("host:pid") and call name.
 _COLL = r"\n(?:\[[\d :.,/T+-]+\] )?([\w.-]+:\d+):\d+ \[\d+\] NCCL INFO (\w+): opCount " + _CLEAN + r"*(?![^\n])"
 _COLL_RE = re.compile(_COLL)
@@ -181,6 +182,7 @@ def scan(stream, src: Source, es: EventStream, inert: frozenset[str], emit: Call
             runs.clear()
         return es_feed(line)
 
+    counts = es.counts
     out = Scan()
     first, compacted0 = lineno, nccl.compacted
     fast: set[tuple[str, str, str]] = set()  # chatter keys whose first line went the full way
@@ -281,11 +283,17 @@ def scan(stream, src: Source, es: EventStream, inert: frozenset[str], emit: Call
             else:
                 s = t[start + 1:end]
                 fed += 1
+                texts = counts["text"]
                 if len(s) > MAX_LINE:
                     src.note_cut(lineno)
                     events = feed(clean_text(s[:MAX_LINE], src, lineno, True))
                 else:
                     events = feed(clean_text(s, src, lineno))
+                if counts["text"] != texts and start > 0:
+                    # program output: whose NCCL line (often an inert one, skipped above) came right before it
+                    h = _PREV_HEAD.match(t, t.rfind("\n", 0, start) + 1)
+                    if h is not None:
+                        es.text_context(lineno, int(h.group(1)))
             if events:
                 emit(events)
         lineno += count("\n", pos)

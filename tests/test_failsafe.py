@@ -178,6 +178,30 @@ def test_an_exception_at_the_end_is_not_caught():
     assert d.root_cause.id == "app_exception" and d.dismissed == []
 
 
+_EXCEPTHOOK_TB = ("[default2]:[rank2]: Traceback (most recent call last):\n"
+                  '[default2]:[rank2]:   File "/srv/train.py", line 24, in <module>\n'
+                  '[default2]:[rank2]:     raise ValueError("bad batch")\n'
+                  "[default2]:[rank2]: ValueError: bad batch\n"
+                  "[default2]:terminate called without an active exception\n")
+_SIGABRT_REPORT = ("E1129 15:05:20.709000 18790 torch/distributed/elastic/multiprocessing/api.py:1002] failed "
+                   "(exitcode: -6) local_rank: 2 (pid: 18983) of binary: /usr/bin/python3\n")
+
+
+@pytest.mark.parametrize("prefix", ["[rank2]: ", ""])
+def test_an_excepthook_traceback_is_never_caught(prefix):
+    # torch's excepthook ("[rankN]: " on every line) runs only for an exception that ended the interpreter: other
+    # processes' output after it is no sign the rank went on, even when the rank then died by SIGABRT (gloo threads
+    # at exit). Without the prefix, the same traceback followed by other output is read as caught (the control).
+    tb = _EXCEPTHOOK_TB if prefix else _EXCEPTHOOK_TB.replace("[rank2]: ", "")
+    others = "".join(f"noise-node-1:70001:70001 [0] NCCL INFO Channel {i:02d}/0 : 0[0] -> 1[1] via P2P/IPC\n"
+                     for i in range(8))
+    d = analyze_text(tb + others + _SIGABRT_REPORT, rules=RULES)
+    if prefix:
+        assert d.root_cause is not None and d.root_cause.id == "app_exception" and d.root_cause.ranks == (2,)
+    else:
+        assert d.root_cause is None or d.root_cause.id != "app_exception"
+
+
 def test_store_retries_that_never_succeed_are_the_failure():
     line = ("[rank1]:[W502 09:20:01.118220412 socket.cpp:755] [c10d] The client socket has failed to connect to "
             "[node0.cluster]:29500 (errno: 111 - Connection refused).\n")

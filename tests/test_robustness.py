@@ -324,30 +324,11 @@ KEEPS: dict[str, Callable[[int, str, int], bool]] = {
 #: assert the label's ``ranks``). Only the rank check is left out for them, the cause is still asserted; each
 #: is a bug to fix, not an accepted answer.
 RANK_MISSES: dict[tuple[str, str], str] = {
-    ("cpu_gloo_rank1_sigkill", "srun_label"):
-        "the launcher's lines carry srun task id 0, which is read as global rank 0: rank 0 is blamed too",
-    ("public4_pytorch150916_killed_peer_remote_error", "noise"):
-        "ranks of the healthy noise processes' communicator are blamed (the label names no culprit rank)",
-    ("syn_peer_exit_node2_gone", "head_cut"):
-        "with the init lines cut, ranks 0-2 of the surviving node are blamed beside node 2's ranks 8-15",
-    **{(c, "srun_label"): "srun task id 0 on the launcher's lines is read as global rank 0: rank 0 is blamed too"
-       for c in ("cpu_gloo_rank1_abort", "cpu_gloo_rank1_segv", "cpu_gloo_rank1_segv_faulthandler",
-                 "cpu_gloo_rank1_sigbus", "cpu_gloo_redirects_rank2_exits", "cpu_gloo_fr_rank3_dtype_json")},
-    **{(c, "noise"): "the healthy noise processes' ranks 4-7 are blamed beside the culprit (they never joined "
-                     "the stuck collective of the culprit's job: a cross-job attribution bug)"
-       for c in ("cpu_gloo_rank3_sleeps", "cpu_gloo_fr_rank3_sleeps", "cpu_gloo_fr_rank3_sleeps_all_dump",
-                 "cpu_gloo_fr_json_rank3_sleeps")},
 }
 
 #: Causes the analysis is known to get wrong after a transformation (found when the hang and fail-safe rules
 #: landed): each a bug to fix, listed so that no other pair can regress unseen.
 CAUSE_MISSES: dict[tuple[str, str], str] = {
-    ("cpu_gloo_logdir_rank2_raises", "noise"): "the noise processes' torchrun report outweighs rank 2's traceback",
-    ("cut_first_collective_h200_killed", "noise"): "an exception line of the noise is taken for an unexplained "
-                                                   "communication error (fail-safe) over the hang",
-    ("h200_first_collective_killed", "noise"): "as cut_first_collective_h200_killed",
-    ("public4_xdit147_heartbeat_monitor", "noise"): "the noise processes' NET/Socket connections make the "
-                                                     "hang-net-socket rule fire over the heartbeat timeout",
     ("syn_devonly_prefix_p2p_hang", "noise"): "stages are kept per rank number: the noise's healthy communicator "
                                               "(ranks 0-1 at Init COMPLETE) hides the stuck one when no pid names "
                                               "the job's processes",

@@ -47,14 +47,20 @@ def _own_exit(b: Any, events: list[Any]) -> bool:
     return False
 
 
+def _job_pids(ctx: PredContext) -> frozenset[int]:
+    """The worker pids torchrun names (SIGTERM teardown, ``failed (exitcode ...) (pid: P)``, ChildFailedError)."""
+    pids = {e.pid for e in ctx.events if e.kind.startswith("torch.elastic.") and e.pid is not None}
+    pids |= {int(e["pid"]) for e in ctx.builder.exits.values() if e.get("pid") is not None}
+    return frozenset(pids)
+
+
 def _job_stages(ctx: PredContext) -> dict[int, tuple[Stage, Any, str | None]]:
     """The stages of the job's own processes. Where torchrun names its workers' pids (SIGTERM teardown,
     ChildFailedError, ``failed (exitcode ...) (pid: P)``), only those processes count; else, where torch lines name
     ranks (``[rank3]:``, watchdog records), only those ranks: NCCL lines of other jobs or other tools in the same
     output say nothing about this job's hang."""
     b = ctx.builder
-    pids = {e.pid for e in ctx.events if e.kind.startswith("torch.elastic.") and e.pid is not None}
-    pids |= {int(e["pid"]) for e in b.exits.values() if e.get("pid") is not None}
+    pids = _job_pids(ctx)
     if pids:
         return collapse([(r, v) for r, v in b.proc_stages if v[1].pid in pids], b.torch_stages)
     named = {r for r, c in b.collectives.items() if str(c.get("source", "")).startswith("torch.")}
@@ -64,7 +70,17 @@ def _job_stages(ctx: PredContext) -> dict[int, tuple[Stage, Any, str | None]]:
     return b.rank_stages
 
 
-def _progress_after(b: Any, stage_events: list[Any], ends: list[Any]) -> bool:
+def _own_tails(b: Any, path: str, job_pids: frozenset[int] | None) -> list[list[int]]:
+    """The remembered program-output lines of ``path`` that may be the job's: where torchrun names the job's pids,
+    not those printed amid another process's NCCL lines (a process of no torchrun-named pid: another job sharing
+    the console); else all of them."""
+    ctx = (b.text_ctx or {}).get(path)
+    if not job_pids or ctx is None:
+        return [b.text_tail.get(path, [])]
+    return [lines for pid, lines in ctx.items() if pid is None or pid in job_pids]
+
+
+def _progress_after(b: Any, stage_events: list[Any], ends: list[Any], job_pids: frozenset[int] | None = None) -> bool:
     """The program printed output of its own (training steps, prints) between a stuck rank's last stage line and the
     job's end in the same input: progress NCCL's lines do not show (no COLL subsystem), so no hang. True also when
     it cannot tell (inputs parsed in worker processes; more output after the end than remembered)."""
@@ -74,13 +90,17 @@ def _progress_after(b: Any, stage_events: list[Any], ends: list[Any]) -> bool:
     if tails is None:
         return True
     for ev in stage_events:
-        tail = tails.get(ev.path, [])
-        end = min((e.line for e in ends if e.path == ev.path and e.line > ev.line), default=None)
-        if any(ev.line < t and (end is None or t < end) for t in tail):
-            return True
-        if len(tail) >= TEXT_TAIL and tail[0] > ev.line:
-            return True
+        for tail in _own_tails(b, ev.path, job_pids):
+            if _tail_progress(tail, ev, ends, TEXT_TAIL):
+                return True
     return False
+
+
+def _tail_progress(tail: list[int], ev: Any, ends: list[Any], cap: int) -> bool:
+    end = min((e.line for e in ends if e.path == ev.path and e.line > ev.line), default=None)
+    if any(ev.line < t and (end is None or t < end) for t in tail):
+        return True
+    return len(tail) >= cap and tail[0] > ev.line  # more output after it than remembered: cannot tell
 
 
 @predicate
@@ -124,7 +144,17 @@ def stuck_stage(ctx: PredContext, **args: Any) -> PredResult | None:
         transports = [t for t in transports if re.search(str(pat), t)]
         if not transports:
             return None
-    if args.get("quiet_after") and _progress_after(b, [stages[r][1] for r in behind], ctx.events):
+    if args.get("quiet_after") and _progress_after(b, [stages[r][1] for r in behind], ctx.events, _job_pids(ctx)):
+        return None
+    first_timeout: dict[str, int] = {}
+    for e in ctx.events:
+        if e.kind.startswith(TIMEOUT_KINDS) and e.line < first_timeout.get(e.path, e.line + 1):
+            first_timeout[e.path] = e.line
+    if first_timeout and all(stages[r][1].line > first_timeout.get(stages[r][1].path, stages[r][1].line)
+                             for r in behind):
+        # every stuck rank's last stage line comes after the timeout was already reported in the same input: those
+        # processes were still getting on when it fired (another job's processes in a shared console), so where
+        # they stopped does not explain it
         return None
     first = stages[behind[0]][1]
     transport = transports[0] if transports else None

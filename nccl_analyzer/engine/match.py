@@ -434,10 +434,19 @@ def silent_ranks(ctx: PredContext, **args: Any) -> PredResult | None:
     reporting = {r for r in (b.rank_of(e) for e in ctx.events) if r is not None}
     if not reporting:
         return None
-    # a world size no line states (only "highest rank seen + 1") names no rank that exists for sure
+    # a world size no line states (only "highest rank seen + 1") names no rank that exists for sure; a rank past a
+    # stated world size is another job's (a communicator none of this job's processes joined)
     world = 0 if getattr(b, "world_inferred", False) else (b.job.world_size or 0)
-    known = set(b.job.ranks) | set(range(world))
+    known = {r for r in set(b.job.ranks) | set(range(world)) if not world or r < world}
     silent = tuple(sorted(r for r in known if r not in reporting))
+    if silent and world and 2 * len(reporting) < world:
+        # Most of the world said nothing: the input is one or a few ranks' output (a partial paste, one node's log),
+        # and silence says nothing about who lagged (as _missing_ranks).
+        return None
+    if silent and any(e.pid is not None and b.rank_of(e) is None for e in ctx.events):
+        # Some reporting process's rank is unknown (its Init line is not in the input: a log cut at the start):
+        # it is one of the "silent" ranks, and which one the log does not say.
+        return None
     if silent:
         return PredResult(bound={"lagging": _rank_list(silent)}, ranks=silent)
     return PredResult(bound={}, ranks=tuple(sorted(reporting)))

@@ -1306,6 +1306,10 @@ class TorchParser:
     def _event(self, kind: str, line: Line, rank: int | None, fields: dict, text: str | None = None,
                end_line: int | None = None, pid: int | None = None, host: str | None = None) -> Event:
         time = fields.get("log_time") or line.time
+        if kind.startswith("torch.elastic.") and rank is not None and rank == line.rank:
+            # torchrun's agent logs these lines itself: a rank from the line's wrapper (srun --label's task id, one
+            # task per agent under `srun torchrun`) is the agent's task, not a worker's global rank.
+            rank = None
         if rank is None:
             rank = _default_pg_rank(fields)
         if pid is None:
