@@ -328,6 +328,9 @@ RANK_MISSES: dict[tuple[str, str], str] = {
         "the launcher's lines carry srun task id 0, which is read as global rank 0: rank 0 is blamed too",
     ("public4_pytorch150916_killed_peer_remote_error", "noise"):
         "ranks of the healthy noise processes' communicator are blamed (the label names no culprit rank)",
+    ("cpu_gloo_rank1_segv", "noise"):
+        "since the healthy public5_nccl1519 case joined the noise base, the noise has NCCL lines of seven more hosts "
+        "that state no rank: torchrun's local_rank 1 is no longer known to be global rank 1 (unknown, not wrong)",
     ("syn_peer_exit_node2_gone", "head_cut"):
         "with the init lines cut, ranks 0-2 of the surviving node are blamed beside node 2's ranks 8-15",
     **{(c, "srun_label"): "srun task id 0 on the launcher's lines is read as global rank 0: rank 0 is blamed too"
