@@ -436,12 +436,14 @@ def clean_text(s: str, src: Source, lineno: int, truncated: bool = False) -> Lin
             if m:
                 time = m.group(1)
                 s = s[m.end():]
-                if len(s) > 20 and s[4] == "-" and s[10] == " ":
-                    s, time = _strip_wall_clock(s, time)  # the job's own logger clock inside kubectl's
+                if len(s) > 20 and s[4] == "-" and (s[10] == " " or s[10] == "T"):
+                    s, time = _strip_wall_clock(s, time)  # the job's own logger clock (or a collector's) inside kubectl's
                 elif s[:2] == "| " or s[:2] == "- ":
                     m = _LOGGER_HEAD.match(s)
                     if m:
                         s = s[m.end():]
+                if s[:1] in _VLLM_START:
+                    s, time = _strip_vllm_head(s, time)
         if s[2:3] == ":" and s[5:6] == ":":
             s = _strip_clock(s)
         if rank is None and (s[:1] in _SRUN_START or s[:1] == "[" and s[1:2].isdigit()):
@@ -456,10 +458,12 @@ def clean_text(s: str, src: Source, lineno: int, truncated: bool = False) -> Lin
                 src.srun = True
                 rank = int(m.group(1))
                 s = s[m.end():]
-                if len(s) > 20 and s[4] == "-" and s[10] == " ":
+                if len(s) > 20 and s[4] == "-" and (s[10] == " " or s[10] == "T"):
                     s, time = _strip_wall_clock(s, time)
                 if s[2:3] == ":" and s[5:6] == ":":
                     s = _strip_clock(s)
+                if s[:1] in _VLLM_START:
+                    s, time = _strip_vllm_head(s, time)  # vLLM's "ERROR 04-15 00:31:11 file.py:574] " behind the label
         if s.startswith("(") and (" pid=" in s[:64] or s.startswith("(pid=") or s.startswith("(raylet)")):
             m = _RAY.match(s)
             if m:
@@ -554,7 +558,8 @@ def _looks_like_srun_payload(s: str, start: int) -> bool:
 
 _SRUN_PAYLOAD = re.compile(
     r"(?:[\w.-]*:\d+:\d+ |[\w.-]+: Test (?:CUDA|NCCL) failure |\d\d:\d\d:\d\d(?:[.,]\d+)? \[|Traceback|Exception ignored |  File |\[|[IWEF]\d{4} |NCCL |[A-Z]\w*(?:Error|Exception)\b|"
-    r"torch\.|WARNING:|ERROR:|INFO:|\d{4}-\d\d-\d\d|terminate called |  what\(\): |Watchdog caught |> (?=\S))"
+    r"torch\.|WARNING:|ERROR:|INFO:|\d{4}-\d\d-\d\d|terminate called |  what\(\): |Watchdog caught |> (?=\S)"
+    r"|  (?:time|host|rank|exitcode|error_file|traceback) +: |(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:)"
 )
 # Further heads only an srun label may stand before (a "[3] " tag before these is NCCL's cut "[dev]" head): the
 # continuation of an NCCL error message, a bare "file.cc:123" WARN (<= 2.2), Ray's "(Actor pid=N)".

@@ -816,6 +816,9 @@ _C10 = re.compile(r"\[(?P<sev>[FEWIV])(?:(?P<md>\d{3,4}) (?P<hms>\d\d:\d\d:\d\d)
 _GLOG = re.compile(r"(?P<sev>[FEWIVDC])(?P<md>\d{4}) (?P<hms>\d\d:\d\d:\d\d)\.(?P<frac>\d+) +(?P<id>\d+) "
                    r"(?P<file>[^\s\]]+?):(?P<line>\d+)\](?: \[[\d/]+\])? ?")
 # WARNING:torch.distributed.elastic.multiprocessing.api:msg      torch 1.13 - 2.0 (logging.basicConfig)
+# site-packages/torch/distributed/elastic/multiprocessing/api.py:882] msg   a glog record whose head (severity,
+# date, pid) the paste cut off: only the source path of a Python module and its line are left
+_GLOG_TAIL = re.compile(r"(?P<file>[\w.-]+(?:/[\w.-]+)*\.py):(?P<line>\d+)\] ")
 _PYBASIC = re.compile(r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL):(?P<logger>[\w.]+):")
 # [2024-01-11 11:13:42,163] torch.distributed.elastic.multiprocessing.api: [ERROR] msg    torch 2.1 - 2.2
 _PY21 = re.compile(r"\[(?P<date>\d{4}-\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d),(?P<ms>\d{3})\] (?P<logger>[\w.]+): "
@@ -843,7 +846,7 @@ _UPPER = (r"[FEWIVC]\d{4} \d|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):|Traceback \(
           r"Search for `cuda|Unable to shutdown|UV Store|TCP client|Collective WorkNCCL|Terminating the process|"
           r"Unknown NCCL error|Last error:|Root Cause \(first|Failures:$|THCudaCheck FAIL|NVRM: Xid \(|"
           r"[\w.-]+: Test CUDA failure |" + _EXC)
-_LOWER = r"terminate called|[\w.-]+: Test CUDA failure |failed \(exitcode|wait timeout after|frame #\d|nccl[A-Z]\w+:|found async|cuda runtime error \(|" + _EXC
+_LOWER = r"[\w.-]+(?:/[\w.-]+)*\.py:\d+\] |terminate called|[\w.-]+: Test CUDA failure |failed \(exitcode|wait timeout after|frame #\d|nccl[A-Z]\w+:|found async|cuda runtime error \(|" + _EXC
 _PRE_BY_CHAR: dict[str, re.Pattern] = {}
 for _c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ":
     _PRE_BY_CHAR[_c] = re.compile(_UPPER)
@@ -1536,14 +1539,16 @@ def _log_prefix(text: str) -> dict | None:
         if m.group("file").endswith(".py"):
             f["log_form"] = "python_glog"
         rest = text[m.end():]
-    elif c in "DIWEC":
+    elif c in "DIWEC" and _PYBASIC.match(text):
         m = _PYBASIC.match(text)
-        if not m:
-            return None
         f = {"log_form": "python_basic", "severity": m.group("level"), "logger": m.group("logger")}
         rest = text[m.end():]
     else:
-        return None
+        m = _GLOG_TAIL.match(text)
+        if not m:
+            return None
+        f = {"log_form": "python_glog", "src_file": m.group("file"), "src_line": int(m.group("line"))}
+        rest = text[m.end():]
     t = _C10D_TAG.match(rest)
     if t:
         f["c10d_tag"] = t.group("tag") or "c10d"
@@ -1647,6 +1652,12 @@ def _child_entries(lines: list[str]) -> list[dict]:
                 entries.append(cur)
                 last_field = None
                 continue
+            if cur is None and not entries and "time" in f:
+                # the paste starts inside the first entry (its "[N]:" line cut off): the fields still say which
+                # rank failed and how
+                cur = {"index": None, "root_cause": None if section is None else section == "root",
+                       "_lineno": i, "_nlines": 1}
+                entries.append(cur)
             if cur is not None:
                 cur.update(f)
                 cur["_nlines"] = i - cur["_lineno"] + 1
