@@ -50,6 +50,8 @@ TESTS = (
     "tests/test_cross_rank.py",
     "tests/test_culprit_ranks.py",
     "tests/test_eval.py",
+    "tests/test_evidence.py",
+    "tests/test_hang_stage.py",
 )
 
 #: Tests in those files that cost seconds each and kill nothing the others do not (30k-line noise, the corpus
