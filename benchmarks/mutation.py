@@ -47,6 +47,7 @@ TESTS = (
     "tests/test_engine.py",
     "tests/test_rules.py",
     "tests/test_sources.py",
+    "tests/test_job.py",
     "tests/test_cross_rank.py",
     "tests/test_culprit_ranks.py",
     "tests/test_eval.py",
