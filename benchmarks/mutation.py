@@ -45,6 +45,7 @@ TESTS = (
     "tests/test_exit_mapping.py",
     "tests/test_diagnose.py",
     "tests/test_engine.py",
+    "tests/test_engine_loader.py",
     "tests/test_rules.py",
     "tests/test_sources.py",
     "tests/test_job.py",
