@@ -73,7 +73,7 @@ def _stage(work: Path, modules: list[str]) -> None:
         else:
             shutil.copy2(src, work / name)
     for d in sorted((ROOT / "fixtures").iterdir()):
-        if d.name == "blind":
+        if d.name in ("blind", "blind2"):
             continue  # held out: not read by anything here
         if d.is_dir():
             shutil.copytree(d, work / "fixtures" / d.name, ignore=ignore, dirs_exist_ok=True)
