@@ -244,7 +244,9 @@ def test_stdin_is_a_source_named_as_asked():
 
 
 def test_directory_skips_what_is_not_a_log_and_keeps_sorted_order(tmp_path):
-    for name in ("b.log", "a.txt", ".hidden.log", "label.json", "report.html", "dump.PKL", "sub/c.out"):
+    skipped = ("x.json", "x.html", "x.xml", "x.png", "x.jpg", "dump.PKL", "model.pt", "lib.so", "logs.zip",
+               "logs.tar", "logs.TGZ")
+    for name in ("b.log", "a.txt", ".hidden.log", "label.json", "sub/c.out") + skipped:
         p = tmp_path / name
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text("x\n")
@@ -309,6 +311,8 @@ def test_elf_file_is_skipped_with_a_warning_and_nothing_read(tmp_path):
     assert src.skipped == src.binary == ELF_WHY
     assert src.warnings == [f"skipped: {ELF_WHY}"] and not src.analyzable
     assert nothing_to_analyze([src]) == f"nothing to analyze: {p}: {ELF_WHY}"
+    # reading it anyway gives nothing and no second warning
+    assert list(iter_source(src)) == [] and src.warnings == [f"skipped: {ELF_WHY}"]
     # read without sniffing first (standard input): the reader sees the ELF head itself and yields nothing
     src2 = Source(path="-", real=str(p))
     assert list(iter_source(src2)) == [] and src2.skipped == ELF_WHY
@@ -462,11 +466,14 @@ def test_fast_path_only_for_plain_files(tmp_path):
     junk = tmp_path / "junk.log"
     junk.write_bytes(bytes(range(1, 9)) * 2000)
     got = {}
-    for p in (plain, pasted, junk):
+    long_head = tmp_path / "long.log"  # an over-long line in the head the paste check reads
+    long_head.write_bytes(b"y" * (MAX_LINE + 10) + b"\n" + (NCCL_LINE + b"\n") * 20)
+    for p in (plain, pasted, junk, long_head):
         src = expand_inputs([str(p)])[0]
         sniff_source(src)
         got[p.name] = plain_raw(src)
-    assert got == {"plain.log": True, "pasted.log": False, "junk.log": False}
+        assert src.warnings == []  # the check reads a private copy of the source: no warning counted twice
+    assert got == {"plain.log": True, "pasted.log": False, "junk.log": False, "long.log": True}
     assert plain_raw(Source(path="-", real=None)) is False
     no_fast = expand_inputs([str(plain)])[0]
     no_fast.fast = False
@@ -493,3 +500,13 @@ def test_control_characters_and_bare_carriage_returns():
     assert _clean(b"\r\r\n").text == ""
     assert _clean(b"a\x07b\x08c\x7f\td").text == "abc\td"
     assert _clean("NCCL INFO caf\u00e9 \u2014 ok".encode()).text == "NCCL INFO caf\u00e9 \u2014 ok"
+
+
+def test_pasted_log_keeps_numbers_raw_text_and_cut_marks(tmp_path):
+    p = tmp_path / "pasted.log"
+    p.write_bytes(b"> " + NCCL_LINE + b"\n> " + b"w" * (MAX_LINE + 5) + b"\n> " + NCCL_LINE + b"\n")
+    src = expand_inputs([str(p)])[0]
+    lines = list(iter_source(src))
+    assert [(ln.lineno, ln.text[:8], ln.truncated) for ln in lines] == [
+        (1, "vm:588:5", False), (2, "wwwwwwww", True), (3, "vm:588:5", False)]
+    assert lines[0].raw == "> " + NCCL_LINE.decode() and src.lines == 3
