@@ -233,3 +233,26 @@ def test_traceback_collective_is_the_innermost_c10d_frame():
     ev2 = Event(kind="python.traceback", path="p", line=1, text="Traceback", fields={"lines": lines})
     assert traceback_collective(ev2) == "broadcast"
     assert traceback_collective(Event(kind="python.traceback", path="p", line=1, text="t", fields={})) is None
+
+
+DESYNC = "".join(f"h:1{r}:1{r} [{r}] NCCL INFO comm 0x{r} rank {r} nranks 4 cudaDev {r} busId {r}000 commId 0x9 - "
+                 f"Init {state}\n" for state in ("START", "COMPLETE") for r in range(4)) + "".join(
+    f"[rank{r}]:[E1129 15:22:25.400782314 ProcessGroupNCCL.cpp:689] [Rank {r}] Watchdog caught collective operation "
+    "timeout: WorkNCCL(SeqNum=42, OpType=ALLREDUCE, NumelIn=1048576, NumelOut=1048576, Timeout(ms)=600000) ran for "
+    "600069 milliseconds before timing out.\n" for r in (0, 1)) + (
+    "[rank0]:[E1129 15:22:26.400782314 ProcessGroupNCCL.cpp:1234] Rank 0\n"
+    "[rank0]:\t - [0] Timeout at collective: ALLREDUCE, #42\n"
+    "[rank0]:\t - To our best knowledge, ranks [3] are the lagging ranks that caused this timeout. They never joined "
+    "any collectives\n")
+
+
+def test_desync_report_names_the_lagging_ranks():
+    # TORCH_NCCL_DESYNC_DEBUG=1 (torch TraceUtils.h retrieveDesyncReport): rank 3 never joined; rank 2 merely has not
+    # logged its own timeout yet. The report's ranks are the lagging ones, not every rank that stayed silent.
+    from nccl_analyzer.analysis import analyze_text
+
+    b = _builder(DESYNC)
+    assert b.build().extra["lagging_ranks"] == [3]
+    d = analyze_text(DESYNC)
+    assert (d.root_cause.id, d.root_cause.ranks) == ("watchdog_timeout", (3,))
+    assert d.root_cause.title.endswith("lagging rank 3")
