@@ -52,7 +52,6 @@ TESTS = (
     "tests/test_cross_rank.py",
     "tests/test_culprit_ranks.py",
     "tests/test_eval.py",
-    "tests/test_evidence.py",
     "tests/test_hang_stage.py",
 )
 

@@ -510,3 +510,14 @@ def test_pasted_log_keeps_numbers_raw_text_and_cut_marks(tmp_path):
     assert [(ln.lineno, ln.text[:8], ln.truncated) for ln in lines] == [
         (1, "vm:588:5", False), (2, "wwwwwwww", True), (3, "vm:588:5", False)]
     assert lines[0].raw == "> " + NCCL_LINE.decode() and src.lines == 3
+
+
+def test_first_line_longer_than_a_read_block(tmp_path):
+    from nccl_analyzer.sources import BLOCK
+
+    p = tmp_path / "head.log"
+    p.write_bytes(b"\xc3\xa9" * (BLOCK // 2 + 5) + b"\n" + NCCL_LINE + b"\n")  # no newline in the first block
+    src = expand_inputs([str(p)])[0]
+    lines = list(iter_source(src))
+    assert [(ln.lineno, ln.truncated) for ln in lines] == [(1, True), (2, False)]
+    assert lines[0].text == "\u00e9" * (MAX_LINE // 2) and lines[1].text == NCCL_LINE.decode()
