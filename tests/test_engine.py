@@ -380,3 +380,95 @@ def test_evidence_is_the_telling_line_deduplicated_and_capped():
     assert [e.line for e in quote(same)] == [1, 3]  # the same message from another host is quoted once
     many = [Event(kind="nccl.warn.socket", path="p", line=i, text=f"NCCL WARN {i}") for i in range(1, 10)]
     assert [e.line for e in quote(many)] == list(range(1, EVIDENCE_CAP + 1))
+
+
+def test_field_tests_equality_numbers_booleans_and_regex():
+    ev = Event(kind="torch.watchdog.timeout", path="p", line=1, text="t", rank=0,
+               fields={"op_type": "ALLREDUCE", "seq": "42", "timeout_ms": 600000, "overdue": True, "async": "True",
+                       "note": None})
+    memo: dict = {}
+
+    def ok(**sel) -> bool:
+        return compile_selector({"kind": "torch.*", **sel}, "s").test(ev, memo) is not None
+
+    assert ok(op_type="ALLREDUCE") and not ok(op_type="allreduce") and ok(op_type="!=BROADCAST")
+    assert not ok(op_type="!= ALLREDUCE") and ok(missing="!=x")  # an absent field differs from any value
+    assert ok(seq=42) and ok(seq=42.0) and not ok(seq=41) and not ok(op_type=1)
+    assert ok(seq=">= 42") and ok(seq="<= 42") and ok(seq="== 42") and ok(seq="!= 41") and ok(seq="> 41.5")
+    assert not ok(seq="> 42") and not ok(seq="< 42") and ok(seq="< 42.5") and ok(timeout_ms=">= -1")
+    assert not ok(op_type=">= 1")  # a field that is no number fails a numeric test
+    assert ok(overdue=True) and not ok(overdue=False) and ok(**{"async": True}) and not ok(seq=True)
+    assert ok(op_type="~^ALL") and not ok(op_type="~^BROAD") and ok(op_type="!~^BROAD") and not ok(op_type="!~ALL")
+    assert ok(note="!~x") and not ok(note="~.*") and not ok(note="x")
+    assert ok(op_type=["BROADCAST", "~REDUCE$"]) and not ok(op_type=["BROADCAST", "~^REDUCE"])
+    assert ok(text="t") and not ok(text="~x")
+
+
+def test_selector_kinds_labels_and_compile_errors():
+    sel = compile_selector({"kind": "nccl.warn.*", "label": "the WARN"}, "all[0]")
+    assert (sel.name, sel.kinds, sel.tests) == ("the WARN", ("nccl.warn.*",), ())
+    assert sel.accepts_kind("nccl.warn.socket") and not sel.accepts_kind("nccl.warn") \
+        and not sel.accepts_kind("xnccl.warn.socket")
+    assert compile_selector({"kind": ["torch.cuda.?om", "python.traceback"]}, "s").accepts_kind("torch.cuda.oom")
+    for bad, msg in (({"kind": ""}, "a selector needs 'kind'"), ({"kind": []}, "a selector needs 'kind'"),
+                     ({"kind": ["a.b", 3]}, "a selector needs 'kind'"),
+                     ({"kind": "NCCL WARN"}, "kind 'NCCL WARN' is not a dotted event kind or glob"),
+                     ({"kind": "a.b", "bad-name": 1}, "field name 'bad-name' is not an identifier"),
+                     ({"kind": "a.b", "msg": "~(x"}, "field 'msg': bad regex '(x': "),
+                     ({"kind": "a.b", "msg": None}, "field 'msg': use a string, number, boolean or a list of them")):
+        with pytest.raises(SelectorError) as ei:
+            compile_selector(bad, "s")
+        assert str(ei.value).startswith(msg), (bad, str(ei.value))
+        assert ei.value.key == ("kind" if "kind" in msg else next(k for k in bad if k != "kind"))
+
+
+def test_virtual_fields_of_an_event():
+    ev = Event(kind="python.traceback", path="p", line=5, text="Traceback (most recent call last):",
+               fields={"lines": ["Traceback (most recent call last):", "RuntimeError: boom"],
+                       "msg": "boom", "detail": "extra detail", "error": "", "message": "boom",
+                       "chain": [{"exc_type": "OSError", "message": "disk"}, "junk",
+                                 {"exc_type": "RuntimeError", "message": "boom"}],
+                       "exc_type": "RuntimeError",
+                       "frames": [{"file": "a.py", "func": "main"}, ("b.py", 3, "step"), "bad",
+                                  '  File "c.py", line 9, in inner', {"path": "d.py", "name": "leaf"}]})
+    assert field_value(ev, "body") == ("Traceback (most recent call last):\nRuntimeError: boom\nextra detail\n"
+                                       "OSError: disk")
+    assert field_value(ev, "exc") == "RuntimeError: boom"
+    assert field_value(ev, "frames_text") == "a.py:main\nb.py:step\nc.py:inner\nd.py:leaf"
+    assert (field_value(ev, "last_frame_file"), field_value(ev, "last_frame_func")) == ("d.py", "leaf")
+    assert (field_value(ev, "text"), field_value(ev, "kind")) == ("Traceback (most recent call last):",
+                                                                  "python.traceback")
+    bare = Event(kind="nccl.warn.x", path="p", line=1, text="one line", fields={"lines": []})
+    assert field_value(bare, "body") == "one line" and field_value(bare, "exc") is None
+    assert field_value(bare, "frames_text") is None and field_value(bare, "last_frame_func") is None
+    memo: dict = {}
+    assert field_value(bare, "body", memo) == "one line" and memo == {"body": "one line"}
+    memo["body"] = "remembered"
+    assert field_value(bare, "body", memo) == "remembered"  # one computation per event and field
+
+
+def test_rank_lists_and_lagging_bound():
+    from nccl_analyzer.engine.match import _lagging_bound, _missing_ranks, _rank_list, _who, kind_matches
+
+    assert (_who((3,)), _who((0, 1, 2, 3, 5))) == ("rank 3", "ranks 0-3, 5")
+    assert _rank_list((1, 3)) == "1, 3"
+    assert kind_matches(("nccl.warn.*", "torch.*"), "torch.cuda.oom") and not kind_matches(("nccl.*",), "torch.x")
+    b = _builder(INIT)
+    assert _lagging_bound(b, (1,), "lagging {who}") == {"lagging": "1", "lagging_who": "rank 1",
+                                                        "lagging_what": "lagging rank 1", "lagging_pid": 8}
+    assert _lagging_bound(b, (0, 1), "{list} stuck") == {"lagging": "0-1", "lagging_who": "ranks 0-1",
+                                                         "lagging_what": "0-1 stuck"}
+    assert _missing_ranks(b, {0}) == (1,)  # half the world reported: the silent half is missing
+    assert _missing_ranks(b, {0, 1}) == ()
+    b.lagging.add(1)
+    assert _missing_ranks(b, {0, 1}) == (1,)  # a desync report's ranks win
+
+
+def _builder(text: str):
+    a = Analyzer()
+    for ln in lines_of_text(text):
+        a.feed(ln)
+    a.flush()
+    b = a.builder
+    b.build()
+    return b
