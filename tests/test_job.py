@@ -256,3 +256,33 @@ def test_desync_report_names_the_lagging_ranks():
     d = analyze_text(DESYNC)
     assert (d.root_cause.id, d.root_cause.ranks) == ("watchdog_timeout", (3,))
     assert d.root_cause.title.endswith("lagging rank 3")
+
+
+def test_nccl_call_lines_and_the_watchdog_record_of_the_last_collective():
+    text = (
+        "h:10:10 [0] NCCL INFO comm 0x1 rank 0 nranks 2 cudaDev 0 busId 1000 commId 0x9 - Init START\n"
+        "h:11:11 [1] NCCL INFO comm 0x2 rank 1 nranks 2 cudaDev 1 busId 2000 commId 0x9 - Init START\n"
+        "h:10:10 [0] NCCL INFO AllReduce: opCount 3 sendbuff 0x7f1ec0000000 recvbuff 0x7f1ec0000000 count 1048576 "
+        "datatype 7 op 0 root 0 comm 0x1 [nranks=2] stream (nil)\n"
+        "h:11:11 [1] NCCL INFO AllGather: opCount 2 sendbuff 0x7f1ec0000000 recvbuff 0x7f1ec0800000 count 1024 "
+        "datatype 7 op 0 root 0 comm 0x2 [nranks=2] stream (nil)\n"
+        "[rank0]:[E1129 15:22:25.400782314 ProcessGroupNCCL.cpp:689] [Rank 0] Watchdog caught collective operation "
+        "timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1048576, NumelOut=1048576, Timeout(ms)=10000) ran for "
+        "10069 milliseconds before timing out.\n"
+        # after the watchdog's report: another communicator's call or the abort path, not where rank 0 stopped
+        "h:10:10 [0] NCCL INFO Broadcast: opCount 4 sendbuff 0x7f1ec0000000 recvbuff 0x7f1ec0000000 count 8 "
+        "datatype 7 op 0 root 0 comm 0x1 [nranks=2] stream (nil)\n")
+    job = _builder(text).build()
+    assert job.ranks[1].last_collective == {"op_type": "AllGather", "source": "nccl.coll", "op_count": 2,
+                                            "count": 1024, "datatype": 7}
+    assert job.ranks[0].last_collective == {"source": "torch.watchdog.timeout", "seq": 5, "op_type": "ALLREDUCE",
+                                            "numel_in": 1048576, "numel_out": 1048576, "timeout_ms": 10000,
+                                            "elapsed_ms": 10069}
+
+
+def test_a_bare_version_banner_is_the_files():
+    b = _builder("NCCL version 2.18.6+cuda12.1\nh:1:1 [0] NCCL INFO cudaDriverVersion 12020\n"
+                 "h:1:1 [0] NCCL INFO cudaDriverVersion 13000\n")
+    job = b.build()
+    assert job.nccl_versions == ["2.18.6+cuda12.1"] and job.cuda_driver == "12020"
+    assert job.extra["versions_by_process"] == {"2.18.6+cuda12.1": ["job.log"]}
