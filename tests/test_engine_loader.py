@@ -100,6 +100,8 @@ CASES = [
     (_sub("[[match.all]]", 'ordered = "yes"\n[[match.all]]'), "ordered is true or false", "ordered"),
     (_sub("[[match.all]]", "[[match.none]]"), "match needs at least one 'all' or 'any' selector or a predicate",
      "[match]"),
+    (_sub("[match]", 'example = "x"\n\n[match]').split("[[example]]")[0], "example must be an array of tables "
+     "([[example]])", "example"),
     (_sub('expect = "no-match"', 'expect = "maybe"'),
      "each [[example]] needs expect = \"match\"|\"no-match\" and log = '''...'''", None),
     (_sub('expect = "no-match"', 'expect = "no-match"\ndumps = "{}"'),
@@ -159,9 +161,11 @@ def test_valid_rule_loads_normalised(tmp_path):
         ("nccl-new-thing", "nccl", "test", "root", "error")
     assert rule.line_of("taxonomy") == 2 and rule.line_of("fix") == _line(text, "[fix]")
     assert rule.line_of("no-such-key") == 1
-    d = rule.to_dict()
-    assert (d["id"], d["examples"], d["explains"], d["falsepositives"], d["references"]) == \
-        ("nccl-test-thing", 2, ["peer_exit"], ["unknown"], ["https://example.org/x"])
+    assert rule.to_dict() == {  # what `rules show` prints
+        "id": "nccl-test-thing", "taxonomy": "other", "title": "thing on {host}", "status": "test", "role": "root",
+        "severity": "error", "confidence": 0.5, "description": "two lines of text", "explains": ["peer_exit"],
+        "fix": rule.fix, "falsepositives": ["unknown"], "references": ["https://example.org/x"], "examples": 2,
+        "path": rule.path}
     assert placeholders(rule.fix["commands"][0]) == ["what"]
     # defaults
     plain = parse_rule(write(tmp_path, GOOD))
@@ -228,7 +232,15 @@ def test_check_rules_reports_explains_problems_and_crashes(tmp_path):
         f"{selfish.path}:{line}: nccl-test-thing: a rule cannot explain itself ('nccl-test-thing')",
         f"{selfish.path}:{line}: nccl-test-thing: a rule cannot explain itself ('other')"]
     lonely = parse_rule(write(tmp_path, GOOD.replace("[match]", 'explains = ["nccl-gone"]\n\n[match]')))
-    assert [p.message for p in check_rules([lonely])] == ["explains unknown id 'nccl-gone'"]
+    assert [(p.line, p.message) for p in check_rules([lonely])] == [(lonely.line_of("explains"),
+                                                                    "explains unknown id 'nccl-gone'")]
+    assert lonely.line_of("explains") > 1
+    # a predicate given an argument it does not take crashes the pipeline: reported at the example, not raised
+    typo = parse_rule(write(tmp_path, GOOD.replace(
+        "[[match.all]]", 'predicates = [{ name = "busid_shared_by_ranks_on_host", hosts = 2 }]\n[[match.all]]')))
+    problems = check_rules([typo])
+    assert [(p.rule, p.line) for p in problems] == [("nccl-test-thing", typo.examples[0].line)]
+    assert problems[0].message.startswith("example crashed the pipeline: TypeError(")
     assert Problem("r", "p.toml", 3, "m").__str__() == "p.toml:3: r: m"
     loose = parse_rule(write(tmp_path, GOOD.replace("node1:1:1 [0] NCCL INFO thing broke",
                                                     "node1:1:1 [0] init.cc:1 NCCL WARN thing broke")))
