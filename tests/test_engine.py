@@ -365,6 +365,10 @@ def test_evidence_is_the_telling_line_deduplicated_and_capped():
     # a body match quotes the line that matched; a label line ("Last error:") gives way to the next one
     assert key_line(tb, {"_match_text": "Last error:\nsocket closed"}) == Evidence("p", 13, "socket closed")
     assert key_line(tb, {"_match_text": "(hint)"}) == Evidence("p", 15, "  (hint)")
+    labelled = Event(kind="python.traceback", path="p", line=1, text="Traceback (most recent call last):",
+                     fields={"lines": ["Traceback (most recent call last):", "RuntimeError: failed", "Last error:",
+                                       "detail"]})
+    assert key_line(labelled, {"_match_text": "Last error:"}) == Evidence("p", 3, "Last error:")  # only the label
     no_numbers = Event(kind="python.traceback", path="p", line=10, text="Traceback (most recent call last):",
                        fields={"lines": ["Traceback (most recent call last):", "ValueError: x"]})
     assert key_line(no_numbers) == Evidence("p", 11, "ValueError: x")

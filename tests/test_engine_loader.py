@@ -40,6 +40,8 @@ CASES = [
      "id must be kebab-case with a family prefix, e.g. 'nccl-socket-no-interface'", "id"),
     (_sub('id = "nccl-test-thing"', 'id = "nccl-test-other"'),
      "id 'nccl-test-other' must equal the file name stem 'nccl-test-thing'", "id"),
+    ("# a comment above the id\n" + _sub('id = "nccl-test-thing"', 'id = "nccl-test-other"'),
+     "id 'nccl-test-other' must equal the file name stem 'nccl-test-thing'", "id"),
     (_sub('taxonomy = "other"', 'taxonomy = "bogus"'),
      f"taxonomy 'bogus' is not a TAXONOMY.md id ({', '.join(TAXONOMY_IDS)})", "taxonomy"),
     (_sub('role = "root"', 'role = "boss"'), "role must be one of root, symptom, cascade", "role"),
