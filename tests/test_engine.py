@@ -476,3 +476,16 @@ def _builder(text: str):
     b = a.builder
     b.build()
     return b
+
+
+def test_the_live_verdict_follows_each_new_root_match(tmp_path):
+    # the live view asks for a provisional verdict after every line; it is recomputed when a root rule matched
+    a = Analyzer(rules=[parse_rule(write(tmp_path, GOOD))])
+    assert a.provisional() is None
+    [line] = lines_of_text("node1:7:7 [0] NCCL INFO all fine\n")
+    a.feed(line)
+    assert a.provisional() is None
+    [line] = lines_of_text("node1:7:7 [0] init.cc:1 NCCL WARN thing broke\n")
+    a.feed(line)
+    rc = a.provisional()
+    assert rc is not None and (rc.rule, rc.fix.summary) == ("nccl-test-thing", "fix broke")
