@@ -45,18 +45,21 @@ TESTS = (
     "tests/test_exit_mapping.py",
     "tests/test_diagnose.py",
     "tests/test_engine.py",
+    "tests/test_engine_loader.py",
     "tests/test_rules.py",
     "tests/test_sources.py",
+    "tests/test_job.py",
     "tests/test_cross_rank.py",
     "tests/test_culprit_ranks.py",
     "tests/test_eval.py",
+    "tests/test_hang_stage.py",
 )
 
 #: Tests in those files that cost seconds each and kill nothing the others do not (30k-line noise, the corpus
 #: re-run as one test): left out of the mutation runs only.
 SLOW_IN_SELECTION = "not buried_in_healthy_noise and not corpus_accuracy and not generated_oom"
 
-_COPY = ("nccl_analyzer", "grammars", "rules", "reports", "tests", "benchmarks", "pyproject.toml")
+_COPY = ("nccl_analyzer", "grammars", "rules", "messages", "reports", "tests", "benchmarks", "pyproject.toml")
 
 
 def _stage(work: Path, modules: list[str]) -> None:
@@ -83,7 +86,7 @@ def _stage(work: Path, modules: list[str]) -> None:
     conf = {
         "source_paths": ["nccl_analyzer"],
         "only_mutate": only,
-        "also_copy": ["grammars", "rules", "reports", "fixtures", "benchmarks"],
+        "also_copy": ["grammars", "rules", "messages", "reports", "fixtures", "benchmarks"],
         "pytest_add_cli_args": ["-p", "no:cacheprovider", "-q", "-m", "not slow and not gpu and not browser",
                                 "-k", SLOW_IN_SELECTION],
         "pytest_add_cli_args_test_selection": tests,

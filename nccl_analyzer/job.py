@@ -434,7 +434,7 @@ class JobBuilder:
         self._timeline(ev, "watchdog timeout" if ev.kind == "torch.watchdog.timeout" else ev.kind)
 
     def _on_desync(self, ev: Event) -> None:
-        lag = ev.get("lagging") or ev.get("ranks")
+        lag = ev.get("lagging_ranks") or ev.get("lagging") or ev.get("ranks")  # parse/torch.py: lagging_ranks
         if isinstance(lag, (list, tuple)):
             for x in lag[:1024]:
                 try:

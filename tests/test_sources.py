@@ -91,6 +91,9 @@ def test_carriage_return_progress_bar_keeps_last_segment():
          "[E723 01:58:45.510 ProcessGroupNCCL.cpp:632] x", 2, None, None),
         (b"[default1]: 3%| | 270/9847 [05:50<3:17:42,  1.24s/it][rank1]:[E723 01:58:45.510 ProcessGroupNCCL.cpp:632] x",
          "[E723 01:58:45.510 ProcessGroupNCCL.cpp:632] x", 1, 1, None),
+        # srun's label, then a collector's clock, then torch's prefix
+        (b"3: 18:11:06.680 [rank4]:[E205 18:11:06.375 ProcessGroupNCCL.cpp:1870] x",
+         "[E205 18:11:06.375 ProcessGroupNCCL.cpp:1870] x", 4, None, None),
         # a log collector's wall clock in front of the job's own prefix (ms-swift#7992)
         (b"18:11:06.680 [rank4]:[E205 18:11:06.375 ProcessGroupNCCL.cpp:1870] x",
          "[E205 18:11:06.375 ProcessGroupNCCL.cpp:1870] x", 4, None, None),
@@ -234,3 +237,318 @@ def test_numeric_tags_and_role_replicas(raw, text, rank, local_rank):
 def test_lookalike_prefixes_are_kept(raw):
     line = _clean(raw)
     assert line.text == raw.decode() and line.rank is None
+
+
+# -- inputs the API and the CLI accept, and what they say when there is nothing to read -------------------------
+def test_as_specs_takes_paths_and_lists_of_them(tmp_path):
+    from nccl_analyzer.sources import as_specs
+
+    assert as_specs("run.log") == ["run.log"]
+    assert as_specs(tmp_path / "a.log") == [str(tmp_path / "a.log")]
+    assert as_specs(["a.log", tmp_path / "b.log", "-"]) == ["a.log", str(tmp_path / "b.log"), "-"]
+    assert as_specs(p for p in ("x", "y")) == ["x", "y"]
+    with pytest.raises(TypeError, match="not bytes"):
+        as_specs(b"run.log")
+    with pytest.raises(TypeError, match="got int"):
+        as_specs(3)
+    with pytest.raises(TypeError, match="got bytes: b'x'"):
+        as_specs(["a.log", b"x"])
+
+
+def test_stdin_is_a_source_named_as_asked(tmp_path):
+    srcs = expand_inputs(["-"], stdin_name="job.log")
+    assert [(s.path, s.real) for s in srcs] == [("job.log", None)]
+    p = tmp_path / "b.log"
+    p.write_text("x\n")
+    assert [s.path for s in expand_inputs(["-", str(p)])] == ["-", str(p)]
+
+
+def test_directory_skips_what_is_not_a_log_and_keeps_sorted_order(tmp_path):
+    skipped = ("x.json", "x.html", "x.xml", "x.png", "x.jpg", "dump.PKL", "model.pt", "lib.so", "logs.zip",
+               "logs.tar", "logs.TGZ")
+    for name in ("b.log", "a.txt", ".hidden.log", "label.json", "sub/c.out") + skipped:
+        p = tmp_path / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text("x\n")
+    srcs = expand_inputs([str(tmp_path)])
+    assert [Path(s.path).relative_to(tmp_path).as_posix() for s in srcs] == ["a.txt", "b.log", "sub/c.out"]
+
+
+def test_directory_without_logs_and_glob_without_files_are_input_errors(tmp_path):
+    (tmp_path / "label.json").write_text("{}")
+    (tmp_path / "d.log").mkdir()  # a folder whose name looks like a log
+    for spec, msg in ((str(tmp_path / "d.log"), "nothing to analyze: the directory holds no log-like file"),
+                      (str(tmp_path / "*.log"), "no file matches this pattern"),
+                      ("/dev/null", "not a regular file or directory"),
+                      (str(tmp_path / "gone.log"), "no such file or directory")):
+        with pytest.raises(InputError) as ei:
+            expand_inputs([spec])
+        assert str(ei.value) == f"{spec}: {msg}"  # the one line the CLI prints names the input
+
+
+def test_glob_sorted_and_one_file_named_twice_read_once(tmp_path):
+    for name in ("n2.log", "n1.log", "n10.log"):
+        (tmp_path / name).write_text("x\n")
+    srcs = expand_inputs([str(tmp_path / "n*.log"), str(tmp_path / "n1.log")])
+    assert [Path(s.path).name for s in srcs] == ["n1.log", "n10.log", "n2.log"]
+
+
+@pytest.mark.parametrize(("rel", "rank", "local_rank"), [
+    ("rank3.log", 3, None),
+    ("train.rank-12.txt", 12, None),
+    ("rank_0", 0, None),
+    ("ranking.log", None, None),
+    ("node1/worker7.log", None, None),
+    ("logs/attempt_0/2/stderr.log", None, 2),
+    ("logs/attempt_1/11/stdout.log", None, 11),
+])
+def test_rank_from_file_name_and_torchrun_log_dir(tmp_path, rel, rank, local_rank):
+    p = tmp_path / rel
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text("x\n")
+    src = expand_inputs([str(p)])[0]
+    assert (src.rank, src.local_rank) == (rank, local_rank)
+    assert next(iter_source(src)).rank == rank
+
+
+def _read(p: Path):
+    from nccl_analyzer.sources import sniff_source
+
+    src = expand_inputs([str(p)])[0]
+    sniff_source(src)
+    lines = [] if src.skipped else list(iter_source(src))
+    return src, lines
+
+
+def test_elf_file_is_skipped_with_a_warning_and_nothing_read(tmp_path):
+    from nccl_analyzer.binary import ELF_WHY
+    from nccl_analyzer.sources import nothing_to_analyze
+
+    p = tmp_path / "core.log"
+    p.write_bytes(b"\x7fELF\x02\x01\x01" + bytes(200) + b"\nNCCL WARN x\n")
+    src, lines = _read(p)
+    assert src.skipped == src.binary == ELF_WHY
+    assert src.warnings == [f"skipped: {ELF_WHY}"] and not src.analyzable
+    assert nothing_to_analyze([src]) == f"nothing to analyze: {p}: {ELF_WHY}"
+    # reading it anyway gives nothing and no second warning
+    assert list(iter_source(src)) == [] and src.warnings == [f"skipped: {ELF_WHY}"]
+    # read without sniffing first (standard input): the reader sees the ELF head itself and yields nothing
+    src2 = Source(path="-", real=str(p))
+    assert list(iter_source(src2)) == [] and src2.skipped == ELF_WHY
+    assert src2.warnings == [f"skipped: {ELF_WHY}"]
+
+
+def test_binary_start_is_read_and_the_warning_says_what_came_of_it(tmp_path):
+    p = tmp_path / "junk.log"
+    p.write_bytes(bytes(range(1, 9)) * 2000 + b"\n" + NCCL_LINE + b"\n")
+    src, lines = _read(p)
+    assert src.binary is not None and src.binary.startswith("binary data, not a log (")
+    assert src.skipped is None and lines[-1].text == NCCL_LINE.decode()
+    assert not src.analyzable  # no events counted yet
+    src.finish_binary()
+    assert src.warnings == [f"skipped: {src.binary}"]
+    src.events = 4
+    src.warnings.clear()
+    src.finish_binary()
+    src.finish_binary()
+    assert src.warnings == [f"starts like binary data ({src.binary}); analyzed the 4 event(s) found in its text"]
+    assert src.analyzable
+
+
+def test_text_source_is_not_binary_and_finish_binary_says_nothing(tmp_path):
+    p = tmp_path / "ok.log"
+    p.write_bytes(NCCL_LINE + b"\n")
+    src, lines = _read(p)
+    assert src.binary is None and len(lines) == 1 and src.analyzable
+    src.finish_binary()
+    assert src.warnings == []
+
+
+def test_nothing_to_analyze_names_three_sources_and_counts_the_rest(tmp_path):
+    from nccl_analyzer.sources import nothing_to_analyze
+
+    srcs = []
+    for i in range(5):
+        p = tmp_path / f"e{i}.log"
+        p.write_bytes(b"")
+        src = expand_inputs([str(p)])[0]
+        list(iter_source(src))
+        srcs.append(src)
+    assert nothing_to_analyze(srcs) == ("nothing to analyze: " + "; ".join(f"{s.path}: input is empty"
+                                                                           for s in srcs[:3]) + " (+2 more)")
+    assert nothing_to_analyze(srcs[:3]).endswith("e2.log: input is empty")
+    full = tmp_path / "full.log"
+    full.write_bytes(NCCL_LINE + b"\n")
+    src = expand_inputs([str(full)])[0]
+    list(iter_source(src))
+    assert nothing_to_analyze(srcs + [src]) is None
+
+
+def test_cut_lines_are_counted_in_one_warning(tmp_path):
+    p = tmp_path / "long.log"
+    p.write_bytes(NCCL_LINE + b"\n" + (b"y" * (MAX_LINE + 1) + b"\n") * 2 + NCCL_LINE + b"\n")
+    src = expand_inputs([str(p)])[0]
+    lines = list(iter_source(src))
+    assert [(ln.lineno, ln.truncated, len(ln.text)) for ln in lines] == [
+        (1, False, len(NCCL_LINE)), (2, True, MAX_LINE), (3, True, MAX_LINE), (4, False, len(NCCL_LINE))]
+    assert src.warnings == [f"2 line(s) longer than 64 KiB cut to 64 KiB (first: {p}:2); the rest of each was not "
+                            "analyzed"]
+    src.finish_warnings()
+    assert len(src.warnings) == 1
+
+
+def test_line_longer_than_a_read_block_and_last_line_without_newline(tmp_path):
+    from nccl_analyzer.sources import BLOCK
+
+    p = tmp_path / "huge.log"
+    p.write_bytes(NCCL_LINE + b"\n" + b"z" * (BLOCK * 2 + 7) + b"\n" + NCCL_LINE + b"\nlast words")
+    src = expand_inputs([str(p)])[0]
+    lines = list(iter_source(src))
+    assert [(ln.lineno, ln.text[:12], ln.truncated) for ln in lines] == [
+        (1, NCCL_LINE.decode()[:12], False), (2, "z" * 12, True), (3, NCCL_LINE.decode()[:12], False),
+        (4, "last words", False)]
+    assert len(lines[1].text) == MAX_LINE and src.lines == 4
+    assert "(first: " + str(p) + ":2)" in src.warnings[0]
+
+
+def test_many_blocks_keep_every_line_and_multibyte_text_whole(tmp_path):
+    body = "".join(f"{i} caf\u00e9 \u4e2d\u6587 vm:1:1 [0] NCCL INFO line {i}\n" for i in range(60000))
+    p = tmp_path / "big.log"
+    p.write_text(body, encoding="utf-8")
+    assert p.stat().st_size > 2 * (1 << 20)
+    lines = list(iter_source(expand_inputs([str(p)])[0]))
+    assert [ln.text for ln in lines] == body.splitlines()
+    assert [ln.lineno for ln in lines[-2:]] == [59999, 60000]
+
+
+def test_gzip_across_blocks_reads_every_line(tmp_path):
+    body = b"".join(NCCL_LINE + b" %d\n" % i for i in range(40000))
+    p = tmp_path / "big.log.gz"
+    p.write_bytes(gzip.compress(body))
+    src = expand_inputs([str(p)])[0]
+    lines = list(iter_source(src))
+    assert [ln.text.encode() for ln in lines] == body.splitlines() and src.warnings == []
+
+
+def test_gzip_with_a_bad_checksum_warns_and_keeps_its_lines(tmp_path):
+    blob = bytearray(gzip.compress((NCCL_LINE + b"\n") * 20000))
+    blob[-8] ^= 0xFF  # the CRC32 in the trailer: every line decompresses, the check at the end fails
+    p = tmp_path / "bad.log.gz"
+    p.write_bytes(bytes(blob))
+    src = expand_inputs([str(p)])[0]
+    lines = list(iter_source(src))
+    assert 0 < len(lines) <= 20000 and all(ln.text == NCCL_LINE.decode() for ln in lines)
+    assert len(src.warnings) == 1 and src.warnings[0].startswith("input ends early (truncated or corrupt gzip")
+
+
+def test_raw_reader_for_the_live_pipe_cuts_long_lines(tmp_path):
+    import io
+
+    from nccl_analyzer.sources import read_raw_lines
+
+    src = Source(path="pipe", real=None)
+    data = NCCL_LINE + b"\n" + b"q" * (MAX_LINE * 2 + 3) + b"\n" + NCCL_LINE
+    raws = list(read_raw_lines(io.BytesIO(data), src))
+    lines = [clean_line(b, src, i) for i, b in enumerate(raws, 1)]
+    assert [(ln.text[:4], ln.truncated) for ln in lines] == [("vm:5", False), ("qqqq", True), ("vm:5", False)]
+    assert len(lines[1].text) == MAX_LINE and lines[2].text == NCCL_LINE.decode()
+    assert (src.cut_lines, src.first_cut) == (1, 2)
+
+
+def test_raw_reader_reports_a_corrupt_gzip(tmp_path):
+    from nccl_analyzer.sources import open_binary, read_raw_lines
+
+    blob = gzip.compress((NCCL_LINE + b"\n") * 20000)
+    p = tmp_path / "cut.gz"
+    p.write_bytes(blob[: len(blob) // 2])
+    src = Source(path=str(p), real=str(p))
+    with open_binary(src) as fh:
+        raws = list(read_raw_lines(fh, src))
+    assert 0 < len(raws) < 20000
+    assert src.warnings and src.warnings[0].startswith("input ends early")
+
+
+def test_unreadable_file_is_an_input_error(tmp_path):
+    from nccl_analyzer.sources import open_binary
+
+    with pytest.raises(InputError) as ei:
+        open_binary(Source(path="x.log", real=str(tmp_path)))  # a directory cannot be opened as a file
+    assert str(ei.value) == "x.log: cannot read: Is a directory"
+
+
+def test_fast_path_only_for_plain_files(tmp_path):
+    from nccl_analyzer.sources import plain_raw, sniff_source
+
+    plain = tmp_path / "plain.log"
+    plain.write_bytes((NCCL_LINE + b"\n") * 20)
+    pasted = tmp_path / "pasted.log"
+    pasted.write_bytes(b"".join(b"> " + NCCL_LINE + b"\n" for _ in range(20)))
+    junk = tmp_path / "junk.log"
+    junk.write_bytes(bytes(range(1, 9)) * 2000)
+    got = {}
+    long_head = tmp_path / "long.log"  # an over-long line in the head the paste check reads
+    long_head.write_bytes(b"y" * (MAX_LINE + 10) + b"\n" + (NCCL_LINE + b"\n") * 20)
+    for p in (plain, pasted, junk, long_head):
+        src = expand_inputs([str(p)])[0]
+        sniff_source(src)
+        got[p.name] = plain_raw(src)
+        assert src.warnings == []  # the check reads a private copy of the source: no warning counted twice
+    assert got == {"plain.log": True, "pasted.log": False, "junk.log": False, "long.log": True}
+    assert plain_raw(Source(path="-", real=None)) is False
+    no_fast = expand_inputs([str(plain)])[0]
+    no_fast.fast = False
+    assert plain_raw(no_fast) is False
+
+
+def test_markdown_quote_markers_are_dropped():
+    assert _clean(b"> " + NCCL_LINE).text == NCCL_LINE.decode()
+    assert _clean(b">").text == ""
+    assert _clean(b">not a quote").text == ">not a quote"
+    line = _clean(b"[rank2]:> " + NCCL_LINE)
+    assert (line.text, line.rank) == (NCCL_LINE.decode(), 2)
+
+
+def test_srun_label_once_seen_applies_to_later_lines():
+    src = Source(path="t.log", real=None)
+    first = clean_line(b"3: " + NCCL_LINE, src, 1)
+    later = clean_line(b"3: loss 0.25", src, 2)
+    assert (first.rank, later.rank, later.text) == (3, 3, "loss 0.25")
+    assert _clean(b"3: loss 0.25").rank is None
+
+
+def test_control_characters_and_bare_carriage_returns():
+    assert _clean(b"\r\r\n").text == ""
+    assert _clean(b"a\x07b\x08c\x7f\td").text == "abc\td"
+    assert _clean("NCCL INFO caf\u00e9 \u2014 ok".encode()).text == "NCCL INFO caf\u00e9 \u2014 ok"
+
+
+def test_pasted_log_keeps_numbers_raw_text_and_cut_marks(tmp_path):
+    p = tmp_path / "pasted.log"
+    p.write_bytes(b"> " + NCCL_LINE + b"\n> " + b"w" * (MAX_LINE + 5) + b"\n> " + NCCL_LINE + b"\n")
+    src = expand_inputs([str(p)])[0]
+    lines = list(iter_source(src))
+    assert [(ln.lineno, ln.text[:8], ln.truncated) for ln in lines] == [
+        (1, "vm:588:5", False), (2, "wwwwwwww", True), (3, "vm:588:5", False)]
+    assert lines[0].raw == "> " + NCCL_LINE.decode() and src.lines == 3
+
+
+def test_first_line_longer_than_a_read_block(tmp_path):
+    from nccl_analyzer.sources import BLOCK
+
+    p = tmp_path / "head.log"
+    p.write_bytes(b"\xc3\xa9\xff" * (BLOCK // 3 + 5) + b"\n" + NCCL_LINE + b"\n")  # no newline in the first block
+    src = expand_inputs([str(p)])[0]
+    lines = list(iter_source(src))
+    assert [(ln.lineno, ln.truncated) for ln in lines] == [(1, True), (2, False)]
+    assert lines[0].text == (b"\xc3\xa9\xff" * (MAX_LINE // 3 + 1))[:MAX_LINE].decode("utf-8", "replace")
+    assert lines[0].text.startswith("\u00e9\ufffd\u00e9") and lines[1].text == NCCL_LINE.decode()
+
+
+def test_over_long_line_of_invalid_utf8_after_a_newline(tmp_path):
+    from nccl_analyzer.sources import BLOCK
+
+    p = tmp_path / "bad.log"
+    p.write_bytes(b"ok\n" + b"\xff" * (BLOCK + 5) + b"\n" + NCCL_LINE + b"\n")
+    lines = list(iter_source(expand_inputs([str(p)])[0]))
+    assert [(ln.text[:3], ln.truncated) for ln in lines] == [("ok", False), ("\ufffd" * 3, True), ("vm:", False)]
+    assert lines[1].text == "\ufffd" * MAX_LINE
