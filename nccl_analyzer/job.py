@@ -280,7 +280,7 @@ class JobBuilder:
             grank = rank
         if nranks > MAX_WORLD:
             nranks = 0  # a mangled number (a log cut mid-digit, "nranks 99999999999"): no world size
-        if self.job.world_size is None or nranks > self.job.world_size:
+        if nranks > 0 and (self.job.world_size is None or nranks > self.job.world_size):
             self.job.world_size = nranks
         if comm not in self.job.communicators and len(self.job.communicators) < _COMM_CAP:
             self.job.communicators[comm] = {"nranks": nranks, "ranks": {}, "complete": 0}

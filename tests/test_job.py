@@ -183,6 +183,15 @@ def test_mangled_world_size_is_not_taken():
     assert job.world_size == 4 and sorted(job.ranks) == [1, 3]
 
 
+def test_a_lone_mangled_world_size_leaves_it_unknown_not_zero():
+    """Only a mangled nranks: the world size is not 0 (which would make every rank 'past the world'); it is left
+    to what the ranks seen show (highest + 1, marked as inferred)."""
+    b = _builder("h:10:10 [0] NCCL INFO comm 0x1 rank 3 nranks 99999999999 cudaDev 0 busId 1000 commId 0x9 - "
+                 "Init START\n")
+    job = b.build()
+    assert job.world_size == 4 and b.world_inferred
+
+
 def test_reads_says_which_kinds_change_the_model():
     from nccl_analyzer.job import JobBuilder
 
