@@ -3,6 +3,8 @@ crashes, SIGKILL wording, the user's own frame. Real torchrun/gloo jobs run here
 the captured ones are labeled cases (fixtures/cases/cpu_gloo_*; tests/test_culprit_ranks.py checks their ranks)."""
 from __future__ import annotations
 
+import re
+
 import subprocess
 import sys
 from pathlib import Path
@@ -44,7 +46,11 @@ def test_live_console_only_exit_names_local_rank_2(tmp_path):
     text = log.read_text()
     assert "Traceback" in text and "KeyError" not in text  # torchrun's own traceback only; the rank's is not here
     d = analyze([str(log)])
-    assert d.root_cause is not None and d.root_cause.id == "peer_exit" and d.root_cause.ranks == (2,)
+    # The raising rank usually ends with status 1; under load gloo's threads sometimes abort it at interpreter exit
+    # (-6, SIGABRT). Either way it is rank 2, and the verdict follows what torchrun reports for it.
+    code = int(re.search(r"failed \(exitcode: (-?\d+)\) local_rank: 2 ", text).group(1))
+    want = {"peer_exit": code > 0, "other": code == -6}
+    assert d.root_cause is not None and want.get(d.root_cause.id) and d.root_cause.ranks == (2,), (code, d.root_cause)
     cascade = {f.rule: f.ranks for f in d.cascade}
     assert cascade.get("elastic-sigterm-teardown") == (0, 1, 3)
 
