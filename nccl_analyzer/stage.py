@@ -121,11 +121,15 @@ def stage_of(ev: Event) -> tuple[Stage, str | None] | None:
     return st, None
 
 
+#: Chatter kinds whose line names the printing process's own rank (``own_rank``): never a "fixed" stage.
+OWN_RANK_KINDS = frozenset({"nccl.ring", "nccl.tree", "nccl.trees"})
+
+
 def fixed_stage(kind: str) -> Stage | None:
     """The stage EVERY event of ``kind`` shows, whatever its fields, where that event names no rank of its own
     (``own_rank``) and no transport; None otherwise. A run of such events of one process, with no other event
     between them, moves the process exactly as its first and last events do (triage.py relies on it)."""
-    if kind in ("nccl.info", "nccl.coll", "nccl.ring", "nccl.tree", "nccl.transport") or kind.startswith("torch."):
+    if kind in ("nccl.info", "nccl.coll", "nccl.transport") or kind in OWN_RANK_KINDS or kind.startswith("torch."):
         return None
     st = KIND_STAGE.get(kind)
     if st is None:
@@ -144,7 +148,7 @@ def own_rank(ev: Event) -> int | None:
     if k == "nccl.transport":
         who = ev.fields.get("dst") if ev.fields.get("direction") == "receive" else ev.fields.get("src")
         return who if isinstance(who, int) else None
-    if k in ("nccl.ring", "nccl.tree", "nccl.trees") and ev.rank is not None:
+    if k in OWN_RANK_KINDS and ev.rank is not None:
         return ev.rank
     return None
 

@@ -19,6 +19,7 @@ import pytest
 from nccl_analyzer import sources
 from nccl_analyzer.analysis import Analyzer
 from nccl_analyzer.sources import expand_inputs, iter_source
+from test_triage import _per_line as _per_line_paths, _same, _triaged  # the same two paths and comparison
 
 ROOT = Path(__file__).resolve().parent.parent
 CATALOGUE = ROOT.parent / "shared" / "reference" / "nccl_log_formats.jsonl"
@@ -78,30 +79,11 @@ def _log(rnd: random.Random) -> str:
 
 
 def _per_line(path: str) -> dict:
-    a = Analyzer()
-    srcs = expand_inputs([path])
-    a.add_sources(srcs)
-    for src in srcs:
-        for line in iter_source(src):
-            a.feed(line)
-        a.flush(src.path)
-    return a.finish().to_dict()
+    return _per_line_paths([path])
 
 
 def _fast(path: str) -> dict:
-    a = Analyzer()
-    srcs = expand_inputs([path])
-    a.add_sources(srcs)
-    for src in srcs:
-        a.run_source(src)
-    return a.finish().to_dict()
-
-
-def _same(fast: dict, slow: dict) -> None:
-    fast, slow = dict(fast), dict(slow)
-    sf, ss = fast.pop("stats"), slow.pop("stats")
-    assert json.dumps(fast, sort_keys=True, default=str) == json.dumps(slow, sort_keys=True, default=str)
-    assert sf["lines"] == ss["lines"]
+    return _triaged([path])
 
 
 @pytest.mark.skipif(not CATALOGUE.exists(), reason="the NCCL format catalogue is not here")
