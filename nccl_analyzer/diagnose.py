@@ -59,11 +59,13 @@ def _lagging(builder: "JobBuilder") -> set[int]:
 
 
 def _first_failed(builder: "JobBuilder") -> set[int]:
-    """The rank torchrun saw fail first, when it failed by itself (an exit status, not a signal): the best
-    attribution for a root cause whose lines carry no rank (a traceback printed before the rank prefix)."""
+    """The rank torchrun saw fail first, when it failed by itself (an exit status, or SIGABRT: abort() called in
+    the process, e.g. std::terminate as gloo / NCCL threads are destroyed after an exception; not a signal sent
+    from outside): the best attribution for a root cause whose lines carry no rank (a traceback printed before
+    the rank prefix, or by the program's own handler)."""
     for r, e in builder.exits.items():
         code = e.get("exitcode")
-        if e.get("first_observed") and code is not None and int(code) > 0:
+        if e.get("first_observed") and code is not None and (int(code) > 0 or int(code) == -6):
             return {r}
     return set()
 

@@ -47,6 +47,7 @@ class _Err:
     host: str | None = None
     settled: str | None = None  # the dismissal reason once decided
     uncaught: bool = False  # printed by torch's excepthook: it ended the process
+    handled: bool = False  # a whole traceback printed by the program's own handler (events.toml [caught] entry)
     parent: "_Err | None" = None
 
 
@@ -93,12 +94,13 @@ class ErrorLedger:
                     self.progress[(ev.path, "any")] = max(self.progress[(ev.path, "any")], ev.line)
             return
         if kind in self.t.caught_not_with:
-            # An exception that escapes ends Python with status 1; a worker killed by a signal (exitcode < 0)
-            # did not die of a Python exception, so it does not make an earlier traceback uncaught.
+            # An exception that escapes ends Python with status 1, or with SIGABRT (-6) when gloo / NCCL threads
+            # still running at exit call std::terminate; a worker killed by another signal (SIGKILL, SIGTERM,
+            # SIGSEGV, ...) did not die of a Python exception, so it does not make an earlier traceback uncaught.
             self.torchrun = True
             code = ev.fields.get("exitcode")
             try:
-                if code is None or int(code) >= 0:
+                if code is None or int(code) >= 0 or int(code) == -6:
                     self.fatal = True
             except (TypeError, ValueError):
                 self.fatal = True
@@ -115,7 +117,16 @@ class ErrorLedger:
                                 f"{meaning.entry}|{_NUM.sub('#', body)[:300]}", body[:500],
                                 str(ev.fields.get("exc_type") or ""), ev.host,
                                 uncaught=self.t.caught_uncaught is not None and kind in self.t.caught_kinds
-                                and bool(self.t.caught_uncaught.search(ev.text))))
+                                and bool(self.t.caught_uncaught.search(ev.text)),
+                                handled=kind in self.t.caught_kinds and self._handled(ev)))
+
+    def _handled(self, ev: Event) -> bool:
+        """Whether a traceback was printed by the program's handler: whole, and its outermost frame is no entry."""
+        frames, f = ev.fields.get("frames"), ev.fields
+        if self.t.caught_entry is None or not frames or f.get("partial") or f.get("chain") or f.get("unraisable"):
+            return False
+        top = frames[0]
+        return not self.t.caught_entry.search(f"{top.get('file', '')}:{top.get('function', '')}")
 
     def _refine(self, entry: Any, meaning: Meaning, ev: Event) -> Meaning:
         if entry.subtable == "nccl":
@@ -170,11 +181,12 @@ class ErrorLedger:
             for e in reversed(errs):
                 if e.parent is not None:
                     continue
-                app = e.kind in self.t.caught_kinds and e.meaning.id in self.t.caught_ids
+                app = e.kind in self.t.caught_kinds and (e.meaning.id in self.t.caught_ids
+                                                         or e.handled and e.meaning.id in self.t.caught_handled_ids)
                 # With torchrun's report of the failed workers, their exit statuses decide (only signal deaths:
                 # no worker died of an exception); without it, nothing but other application exceptions (which
                 # show the process went on) may follow.
-                usual = self.t.caught_exc_type is None or bool(self.t.caught_exc_type.search(e.exc_type))
+                usual = e.handled or self.t.caught_exc_type is None or bool(self.t.caught_exc_type.search(e.exc_type))
                 if e.settled is None and app and not self.fatal and not e.uncaught and e.key not in later_keys \
                         and (self.torchrun or (not blocking and usual)):
                     after = last - e.end - err_lines

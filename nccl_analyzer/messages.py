@@ -78,6 +78,11 @@ class Tables:
     # event kind -> the ``events`` entries whose kind globs accept it (filled by ``event``; the globs are fixed)
     _by_kind: dict[str, tuple[_Entry, ...]] = field(default_factory=dict, compare=False, hash=False, repr=False)
     caught_uncaught: re.Pattern[str] | None = None  # a traceback's first raw line that only an uncaught one has
+    # "file:function" of a traceback's outermost frame when the exception reached the top of a program, a thread or
+    # a child process (any other outermost frame: the program's own handler printed it), and the ids such a
+    # handler-printed traceback may be caught with
+    caught_entry: re.Pattern[str] | None = None
+    caught_handled_ids: frozenset[str] = frozenset()
 
     # -- lookups ---------------------------------------------------------------------------------------------
     def nccl_warn(self, file: str | None, msg: str) -> Meaning | None:
@@ -256,7 +261,9 @@ def build_tables(files: Iterable[Path]) -> Tables:
                   caught_kinds=frozenset(caught.get("kinds", ("python.traceback",))),
                   caught_ids=frozenset(caught.get("ids", ("app_exception",))),
                   caught_exc_type=_compile(caught["exc_type"], "[caught] exc_type") if "exc_type" in caught else None,
-                  caught_uncaught=_compile(caught["uncaught"], "[caught] uncaught") if "uncaught" in caught else None)
+                  caught_uncaught=_compile(caught["uncaught"], "[caught] uncaught") if "uncaught" in caught else None,
+                  caught_entry=_compile(caught["entry"], "[caught] entry") if "entry" in caught else None,
+                  caught_handled_ids=frozenset(caught.get("handled_ids", ())))
 
 
 @lru_cache(maxsize=8)

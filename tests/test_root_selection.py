@@ -220,10 +220,12 @@ def _unprefixed_traceback(exitcode: str) -> str:
             .replace("failed (exitcode: 1) local_rank: 2", f"failed (exitcode: {exitcode}) local_rank: 2"))
 
 
-@pytest.mark.parametrize("exitcode,ranks", [("1", (2,)), ("-6", ()), ("0", ())],
-                         ids=["exit_status", "signal", "clean_exit"])
+@pytest.mark.parametrize("exitcode,ranks", [("1", (2,)), ("-6", (2,)), ("-15", ()), ("0", ())],
+                         ids=["exit_status", "own_abort", "sigterm", "clean_exit"])
 def test_rankless_cause_goes_to_the_rank_torchrun_saw_fail_first(exitcode, ranks):
-    # Only a rank that failed by itself (exit status > 0) is blamed; one killed by a signal may be a victim.
+    # Only a rank that failed by itself is blamed: an exit status > 0, or SIGABRT (abort() in the process: gloo /
+    # NCCL threads terminated at exit after the exception); one killed from outside (SIGTERM) may be a
+    # victim.
     d, rc = _verdict(_unprefixed_traceback(exitcode))
     assert rc.id == "app_exception" and rc.ranks == ranks, (rc.id, rc.ranks)
     assert sorted(d.job.ranks) == [0, 1, 2, 3]

@@ -941,8 +941,10 @@ class _Block:
         self.msg_at: list[Line] = [line]  # the Line each message line came from
         self.expect_last = False
         # excepthook output ("[rank0]: " on every line, no torchrun tee prefix): any further line of the same
-        # rank that does not start a new record continues the message
-        self.generic = line.rank is not None and line.local_rank is None and kind in ("tb", "exc")
+        # rank that does not start a new record continues the message. Only behind that prefix: a launcher's label
+        # (srun --label "3: ", mpirun's tag) is on every line of the process, so the next line is not the message's.
+        self.generic = line.rank is not None and line.local_rank is None and kind in ("tb", "exc") \
+            and f"[rank{line.rank}]:" in line.raw
         self.junk = 0
         self.child = False
         self.child_done = False
