@@ -187,19 +187,53 @@ _SIGABRT_REPORT = ("E1129 15:05:20.709000 18790 torch/distributed/elastic/multip
                    "(exitcode: -6) local_rank: 2 (pid: 18983) of binary: /usr/bin/python3\n")
 
 
+@pytest.mark.parametrize("report", [_SIGABRT_REPORT, _SIGABRT_REPORT.replace("exitcode: -6", "exitcode: -15")],
+                         ids=["sigabrt", "sigterm"])
 @pytest.mark.parametrize("prefix", ["[rank2]: ", ""])
-def test_an_excepthook_traceback_is_never_caught(prefix):
+def test_an_excepthook_traceback_is_never_caught(prefix, report):
     # torch's excepthook ("[rankN]: " on every line) runs only for an exception that ended the interpreter: other
-    # processes' output after it is no sign the rank went on, even when the rank then died by SIGABRT (gloo threads
-    # at exit). Without the prefix, the same traceback followed by other output is read as caught (the control).
+    # processes' output after it is no sign the rank went on, whatever torchrun then reports. Without the prefix,
+    # only the exit status tells: SIGABRT (-6) is how such a rank often ends (std::terminate as gloo threads are
+    # destroyed after the exception), so it is still the failure; a worker that torchrun saw die by SIGTERM only
+    # (the control) did not die of the exception, and the same traceback followed by other output reads as caught.
     tb = _EXCEPTHOOK_TB if prefix else _EXCEPTHOOK_TB.replace("[rank2]: ", "")
     others = "".join(f"noise-node-1:70001:70001 [0] NCCL INFO Channel {i:02d}/0 : 0[0] -> 1[1] via P2P/IPC\n"
                      for i in range(8))
-    d = analyze_text(tb + others + _SIGABRT_REPORT, rules=RULES)
+    d = analyze_text(tb + others + report, rules=RULES)
     if prefix:
         assert d.root_cause is not None and d.root_cause.id == "app_exception" and d.root_cause.ranks == (2,)
+    elif "-6" in report:
+        assert d.root_cause is not None and d.root_cause.id == "app_exception"
     else:
         assert d.root_cause is None or d.root_cause.id != "app_exception"
+
+
+_HANDLED_TB = ("Traceback (most recent call last):\n"
+               '  File "/srv/train.py", line 41, in {func}\n'
+               "    state = load_checkpoint(path)\n"
+               '  File "/srv/ckpt.py", line 9, in load_checkpoint\n'
+               "    return torch.load(path)\n"
+               "FileNotFoundError: [Errno 2] No such file or directory: '/ckpt/latest.pt'\n")
+_GOES_ON = "no checkpoint, starting from scratch\nstep 0 loss 2.31\nstep 1 loss 2.20\nstep 2 loss 2.11\n"
+
+
+@pytest.mark.parametrize("func,file,after,caught", [
+    ("resume", "/srv/train.py", _GOES_ON, True),   # printed by the program's handler, then training goes on
+    ("<module>", "/srv/train.py", _GOES_ON, False),  # from the top of the script: it escaped (another process's output)
+    ("resume", "/srv/train.py", "giving up\n", False),  # handled, but the output stops right after it
+    ("resume", "/srv/train.py", "\nSet the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.\n"
+     + _GOES_ON.replace("step", "wandb: step"), False),  # Hydra printed it and exits 1
+    ("_run_worker_process", "/usr/lib/python3/site-packages/vllm/executor/multiproc_worker_utils.py", _GOES_ON, False),
+    ("_bootstrap_inner", "/usr/lib/python3.11/threading.py", _GOES_ON, False),  # a thread's uncaught exception
+], ids=["handled", "module", "ends", "hydra", "vllm_worker", "thread"])
+def test_a_traceback_the_programs_handler_printed_is_caught_when_the_program_goes_on(func, file, after, caught):
+    tb = _HANDLED_TB.replace('"/srv/train.py", line 41, in {func}', f'"{file}", line 41, in {func}')
+    d = analyze_text(tb + after, rules=RULES)
+    if caught:
+        assert d.root_cause is None, render_text(d, verbose=True)
+        assert [x.reason.split(":")[0] for x in d.dismissed] == ["a caught exception"]
+    else:
+        assert d.root_cause is not None and d.root_cause.id == "app_exception", render_text(d, verbose=True)
 
 
 def test_store_retries_that_never_succeed_are_the_failure():
