@@ -336,6 +336,10 @@ CAUSE_MISSES: dict[tuple[str, str], str] = {
                                               "(ranks 0-1 at Init COMPLETE) hides the stuck one when no pid names "
                                               "the job's processes",
     ("syn_nccltests_ends_in_channels", "noise"): "as syn_devonly_prefix_p2p_hang",
+    ("syn_p2p_first_collective_log_ends", "noise"): "a hang known only from the log ending: the noise's training-step "
+                                                    "prints come after the stuck ranks' last lines and, with no pid "
+                                                    "named by torchrun, cannot be told apart from the job's own output "
+                                                    "(the job looks like it went on)",
     ("syn_nccltests_ends_in_channels", "srun_label"): "one process drives two GPUs: the banner's srun rank 0 is "
                                                       "kept apart from the process (mapped to rank 1 by its Trees "
                                                       "line) and looks stuck in bootstrap",

@@ -1,0 +1,55 @@
+"""Failure classes found from the misses of fixtures/blind2 and fixtures/blind_h200b (issue 9, session 3): each
+synthetic case is built from what the program prints (XLA's NCCL status, aws-ofi-nccl's test logger, torchx's
+tee, Markdown emphasis, a P2P hang in the first collective) and must be named by the rule of its class, not only
+get the right taxonomy id from the fail-safe."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nccl_analyzer.analysis import analyze
+from nccl_analyzer.sources import Source, clean_text
+
+CASES = Path(__file__).resolve().parent.parent / "fixtures" / "cases"
+
+
+@pytest.mark.parametrize("case, want, rule", [
+    ("syn_xla_nccl_status_last_warning_oom", "cuda_oom", "nccl-cuda-oom"),
+    ("syn_xla_status_wrapped_no_socket_interface", "socket_interface", "nccl-socket-no-interface"),
+    ("syn_ofi_test_logger_getinfo_failed", "ib_rdma", "nccl-ofi-net-plugin"),
+    ("syn_markdown_bold_watchdog_line", "watchdog_timeout", "torch-watchdog-timeout"),
+    ("syn_torchx_prefix_store_refused", "rendezvous_unreachable", "torch-store-connect-failed"),
+    ("syn_p2p_first_collective_log_ends", "p2p_ipc", "hang-first-collective-p2p-log-ends"),
+])
+def test_case_is_named_by_its_class_rule(case, want, rule):
+    rc = analyze([str(CASES / case)]).root_cause
+    assert rc is not None and rc.id == want
+    assert rc.rule == rule
+
+
+def test_ofi_test_logger_line_is_an_nccl_warn():
+    d = analyze([str(CASES / "syn_ofi_test_logger_getinfo_failed")])
+    ev = d.root_cause.evidence[0]
+    assert ev.text.startswith("WARN: Function: find_ofi_provider Line: 312: NET/OFI")
+
+
+def test_torchx_prefix_gives_the_local_rank():
+    src = Source("x.log", None, None)
+    line = clean_text("trainer/0 [1]:[W socket.cpp:601] [c10d] The client socket has failed to connect", src, 1)
+    assert line.text.startswith("[W socket.cpp:601]") and line.local_rank == 1
+    # a path-like word in front of other text is no torchx prefix
+    line = clean_text("data/0 [1] items loaded", src, 1)
+    assert line.text == "data/0 [1] items loaded" and line.local_rank is None
+
+
+def test_markdown_emphasis_around_a_whole_line_is_undone():
+    src = Source("x.log", None, None)
+    for s, want in [("**RuntimeError: NCCL communicator was aborted on rank 2.**", "RuntimeError: NCCL communicator was aborted on rank 2."),
+                    ("`NCCL WARN x`", "NCCL WARN x"),
+                    ("[default0]:**[rank0]: RuntimeError: boom**", "RuntimeError: boom"),
+                    ("the **only** error is this", "the **only** error is this"),
+                    ("**a** and **b**", "**a** and **b**"),
+                    ("*** SIGSEGV (@0x0) received by PID 7 (TID 0x7f) from PID 0; stack trace: ***",
+                     "*** SIGSEGV (@0x0) received by PID 7 (TID 0x7f) from PID 0; stack trace: ***")]:
+        assert clean_text(s, src, 1).text == want
