@@ -21,6 +21,8 @@ CASES = Path(__file__).resolve().parent.parent / "fixtures" / "cases"
     ("syn_markdown_bold_watchdog_line", "watchdog_timeout", "torch-watchdog-timeout"),
     ("syn_torchx_prefix_store_refused", "rendezvous_unreachable", "torch-store-connect-failed"),
     ("syn_p2p_first_collective_log_ends", "p2p_ipc", "hang-first-collective-p2p-log-ends"),
+    ("syn_import_torch_undefined_nccl_symbol", "version_mismatch", "torch-nccl-undefined-symbol"),
+    ("syn_app_missing_checkpoint_file_torchrun", "app_exception", "python-app-exception"),
 ])
 def test_case_is_named_by_its_class_rule(case, want, rule):
     rc = analyze([str(CASES / case)]).root_cause
