@@ -94,6 +94,8 @@ class JobBuilder:
         self._elastic_pids: set[int] = set()  # worker pids torchrun names (teardown, failures, its report)
         self._comm_pids: dict[str, set[int]] = {}  # commId -> pids of the processes that joined it
         self._pending: dict[tuple[str | None, int], list[dict[str, Any]]] = {}
+        # (host, pid) -> (commId, rank, busId) of each Init line it logged (to re-map a subgroup's Init logged first)
+        self._proc_inits: dict[tuple[str | None, int], list[tuple[str, int, str | None]]] = {}
         self.init: dict[str, dict[int, str]] = {}  # comm_id -> rank -> started|complete
         self.busids: dict[tuple[str, str], set[int]] = {}  # (host, busId) -> global ranks (per comm -> see comms)
         self.busid_comm: dict[tuple[str, str, str], set[int]] = {}  # (host, busId, comm) -> comm ranks
@@ -270,7 +272,11 @@ class JobBuilder:
             # The process's global rank: its rank in the largest communicator it joined (the default PG).
             if prev is None or nranks > prev[1]:
                 self._pid_rank[key] = (rank, nranks)
-                self._pid_rank.setdefault((None, ev.pid), (rank, nranks))
+                anyhost = self._pid_rank.get((None, ev.pid))
+                if anyhost is None or anyhost == prev:
+                    self._pid_rank[(None, ev.pid)] = (rank, nranks)
+                if prev is not None and prev[0] != rank:
+                    self._regrank(key, prev[0], rank)
                 for entry in self._pending.pop(key, []):
                     tl = self._rank(rank).timeline
                     if len(tl) < TIMELINE_CAP:
@@ -285,6 +291,11 @@ class JobBuilder:
         if comm not in self.job.communicators and len(self.job.communicators) < _COMM_CAP:
             self.job.communicators[comm] = {"nranks": nranks, "ranks": {}, "complete": 0}
         c = self.job.communicators.get(comm)
+        if ev.pid is not None and len(self._proc_inits) < _PID_CAP:
+            inits = self._proc_inits.setdefault((ev.host, ev.pid), [])
+            if len(inits) < 64:
+                bus_of = ev.get("bus_id", ev.get("busId"))
+                inits.append((comm, rank, None if bus_of is None else str(bus_of)))
         if c is not None and ev.pid is not None:
             pids = self._comm_pids.setdefault(comm, set())
             if len(pids) < 1024:
@@ -516,6 +527,33 @@ class JobBuilder:
             m = re.search(r"\btorch(?:==| version:? )(\d+\.\d+\.\d+\S*)", msg)
             if m:
                 self.job.torch_version = m.group(1)
+
+    def _regrank(self, key: tuple[str | None, int], old: int, new: int) -> None:
+        """A process first logged the Init of a smaller communicator (a subgroup created before the default group's
+        lazy init, rank ``old`` there) and now that of a larger one (global rank ``new``): what its earlier Init lines
+        gave rank ``old`` was this process's, not that rank's."""
+        host, pid = key
+        owners = [k for k, v in self._pid_rank.items() if v[0] == old and k != key and k[0] is not None]
+        owner_buses = {b for k in owners for _, _, b in self._proc_inits.get(k, ())}
+        for comm, r, bus in self._proc_inits.get(key, ()):
+            c = self.job.communicators.get(comm)
+            if c is not None and c["ranks"].get(r) == old:
+                c["ranks"][r] = new
+            ranks = self.busids.get((host or "?", bus)) if bus is not None else None
+            if ranks is not None and old in ranks and bus not in owner_buses:
+                ranks.discard(old)
+                ranks.add(new)
+        info = self.job.ranks.get(old)
+        if info is None or info.pid != pid or info.host != host:
+            return
+        if owners:
+            info.pid = info.host = info.cuda_dev = info.bus_id = None  # rank ``old`` is another process's
+            return
+        del self.job.ranks[old]
+        moved = self._rank(new)
+        for entry in info.timeline:
+            if len(moved.timeline) < TIMELINE_CAP:
+                moved.timeline.append(entry)
 
     # -- result --------------------------------------------------------------------------------------------
     def build(self) -> JobModel:
