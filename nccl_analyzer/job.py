@@ -94,6 +94,11 @@ class JobBuilder:
         self._elastic_pids: set[int] = set()  # worker pids torchrun names (teardown, failures, its report)
         self._comm_pids: dict[str, set[int]] = {}  # commId -> pids of the processes that joined it
         self._pending: dict[tuple[str | None, int], list[dict[str, Any]]] = {}
+        # One process driving several GPUs (nccl-tests -g N, a single-process multi-GPU program): one Init line per
+        # GPU, each its own rank. (host, pid, cudaDev) -> (rank, nranks); the (host, pid) that logged several GPUs.
+        self._dev_rank: dict[tuple[str | None, int, int], tuple[int, int]] = {}
+        self._pid_devs: dict[tuple[str | None, int], set[int]] = {}
+        self.multi_gpu: set[tuple[str | None, int]] = set()
         # (host, pid) -> (commId, rank, busId) of each Init line it logged (to re-map a subgroup's Init logged first)
         self._proc_inits: dict[tuple[str | None, int], list[tuple[str, int, str | None]]] = {}
         self.init: dict[str, dict[int, str]] = {}  # comm_id -> rank -> started|complete
@@ -139,6 +144,8 @@ class JobBuilder:
             if er is not None and (hit is None or (hit[0] != er and hit[1] <= self._elastic_top)):
                 return er
             if hit is not None:
+                if ev.cuda_dev is not None and (ev.host, ev.pid) in self.multi_gpu:
+                    return self._dev_rank.get((ev.host, ev.pid, ev.cuda_dev), hit)[0]
                 return hit[0]
         return ev.rank
 
@@ -282,6 +289,18 @@ class JobBuilder:
                     if len(tl) < TIMELINE_CAP:
                         tl.append(entry)
             grank = self._pid_rank[key][0]
+            dev = ev.get("cuda_dev", ev.get("cudaDev"))
+            dev = ev.cuda_dev if dev is None else int(dev)
+            if dev is not None and len(self._dev_rank) < _PID_CAP:
+                dk = (ev.host, ev.pid, dev)
+                if dk not in self._dev_rank or nranks > self._dev_rank[dk][1]:
+                    self._dev_rank[dk] = (rank, nranks)
+                devs = self._pid_devs.setdefault(key, set())
+                devs.add(dev)
+                if len(devs) > 1:
+                    self.multi_gpu.add(key)
+                if key in self.multi_gpu and self._dev_rank[dk][1] >= self._pid_rank[key][1]:
+                    grank = self._dev_rank[dk][0]  # this GPU's rank in the process's largest communicator
         else:
             grank = rank
         if nranks > MAX_WORLD:
