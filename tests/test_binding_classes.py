@@ -23,6 +23,9 @@ CASES = Path(__file__).resolve().parent.parent / "fixtures" / "cases"
     ("syn_p2p_first_collective_log_ends", "p2p_ipc", "hang-first-collective-p2p-log-ends"),
     ("syn_import_torch_undefined_nccl_symbol", "version_mismatch", "torch-nccl-undefined-symbol"),
     ("syn_app_missing_checkpoint_file_torchrun", "app_exception", "python-app-exception"),
+    ("syn_dataloader_worker_sigkill", "host_oom", "torch-dataloader-worker-killed"),
+    ("syn_dataloader_worker_segv", "other", "torch-dataloader-worker-crashed"),
+    ("syn_abort_with_victim_traceback", "other", "crash-abort"),
 ])
 def test_case_is_named_by_its_class_rule(case, want, rule):
     rc = analyze([str(CASES / case)]).root_cause
