@@ -488,7 +488,12 @@ def clean_text(s: str, src: Source, lineno: int, truncated: bool = False) -> Lin
                 m = _MPI_TAG.match(s)
                 if m:
                     rank = int(m.group(1))
-                    s = s[m.end():]
+                    tag, s = m.group(0), s[m.end():]
+                    if tag in s:
+                        # mpirun's output forwarder tags every chunk it reads from the rank's pipe: a line the
+                        # program wrote in pieces ("RuntimeError" then ": NCCL communicator was aborted ...") has
+                        # the same tag again inside it
+                        s = s.replace(tag, "")
             else:
                 m = _TAG.match(s)
                 if m and (_looks_like_srun_payload(s, m.end()) or _SRUN.match(s, m.end())) \

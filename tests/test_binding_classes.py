@@ -58,3 +58,12 @@ def test_markdown_emphasis_around_a_whole_line_is_undone():
                     ("*** SIGSEGV (@0x0) received by PID 7 (TID 0x7f) from PID 0; stack trace: ***",
                      "*** SIGSEGV (@0x0) received by PID 7 (TID 0x7f) from PID 0; stack trace: ***")]:
         assert clean_text(s, src, 1).text == want
+
+
+def test_mpirun_tag_repeated_inside_a_line_written_in_pieces():
+    src = Source("x.log", None, None)
+    line = clean_text("[1,19]<stderr>:RuntimeError[1,19]<stderr>:: NCCL communicator was aborted on rank 19.", src, 1)
+    assert line.text == "RuntimeError: NCCL communicator was aborted on rank 19." and line.rank == 19
+    # another rank's tag inside the line is not this rank's chunk: left as it is
+    line = clean_text("[1,3]<stdout>:step 1 [1,4]<stdout>:", src, 1)
+    assert line.text == "step 1 [1,4]<stdout>:" and line.rank == 3
