@@ -67,3 +67,19 @@ def test_mpirun_tag_repeated_inside_a_line_written_in_pieces():
     # another rank's tag inside the line is not this rank's chunk: left as it is
     line = clean_text("[1,3]<stdout>:step 1 [1,4]<stdout>:", src, 1)
     assert line.text == "step 1 [1,4]<stdout>:" and line.rank == 3
+
+
+def test_horovod_nccl_call_failed_under_tensorflow():
+    from nccl_analyzer.analysis import analyze_text
+
+    d = analyze_text("UnknownError (see above for traceback): ncclCommInitRank failed: unhandled cuda error\n"
+                     "\t [[Node: model/HorovodAllreduce_dense_0 = HorovodAllreduce[T=DT_FLOAT, "
+                     "_device=\"/job:localhost/replica:0/task:0/device:GPU:0\"](model/dense_0)]]\n")
+    assert d.root_cause is not None and d.root_cause.id == "cuda_error"
+
+
+def test_a_tab_indented_line_is_no_desync_report():
+    from nccl_analyzer.analysis import analyze_text
+
+    d = analyze_text("\t [[Node: model/HorovodAllreduce_dense_0 = HorovodAllreduce[T=DT_FLOAT]]]\n")
+    assert d.root_cause is None
