@@ -465,10 +465,14 @@ def clean_text(s: str, src: Source, lineno: int, truncated: bool = False) -> Lin
                 if m and _SRUN.match(s, m.end()):
                     s = s[m.end():]
             m = _SRUN.match(s)
-            if m and (src.srun or _looks_like_srun_payload(s, m.end()) or _SRUN_ONLY_PAYLOAD.match(s, m.end())):
+            if m and (src.srun or _looks_like_srun_payload(s, m.end()) or _SRUN_ONLY_PAYLOAD.match(s, m.end())
+                      or _nested_label(s, m.end())):
                 src.srun = True
                 rank = int(m.group(1))
                 s = s[m.end():]
+                m = _nested_label(s, 0)
+                if m:
+                    s = s[m.end():]  # a second numeric label inside srun's (ctest's "91: " test number)
                 if len(s) > 20 and s[4] == "-" and (s[10] == " " or s[10] == "T"):
                     s, time = _strip_wall_clock(s, time)
                 if s[2:3] == ":" and s[5:6] == ":":
@@ -583,6 +587,14 @@ def _strip_vllm_head(s: str, time: str | None) -> tuple[str, str | None]:
     if not m:
         return s, time
     return s[m.end():], time  # its "MM-DD hh:mm:ss" has no year: not used as the line's time
+
+
+def _nested_label(s: str, start: int) -> "re.Match[str] | None":
+    """A numeric "N: " label at ``start`` in front of a log record (ctest's test number inside srun's label)."""
+    m = _SRUN.match(s, start) if s[start:start + 1] in _SRUN_START else None
+    if m and (_looks_like_srun_payload(s, m.end()) or _SRUN_ONLY_PAYLOAD.match(s, m.end())):
+        return m
+    return None
 
 
 def _looks_like_srun_payload(s: str, start: int) -> bool:

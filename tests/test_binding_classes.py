@@ -83,3 +83,11 @@ def test_a_tab_indented_line_is_no_desync_report():
 
     d = analyze_text("\t [[Node: model/HorovodAllreduce_dense_0 = HorovodAllreduce[T=DT_FLOAT]]]\n")
     assert d.root_cause is None
+
+
+def test_a_numeric_label_inside_srun_label_is_peeled_too():
+    src = Source("x.log", None, None)
+    line = clean_text("0: 91: idgsim-gpu-001:47744:47744 [0] init.cu:674 WARN Cuda failure 'x'", src, 1)
+    assert line.text.startswith("idgsim-gpu-001:47744:47744 [0]") and line.rank == 0
+    # two numbers in front of plain text are no labels (nothing says srun ran)
+    assert clean_text("0: 3: loss 0.25", Source("y.log", None, None), 1).text == "0: 3: loss 0.25"

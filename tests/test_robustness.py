@@ -343,8 +343,6 @@ CAUSE_MISSES: dict[tuple[str, str], str] = {
     ("syn_nccltests_ends_in_channels", "srun_label"): "one process drives two GPUs: the banner's srun rank 0 is "
                                                       "kept apart from the process (mapped to rank 1 by its Trees "
                                                       "line) and looks stuck in bootstrap",
-    ("public5_paddle8195_ctest_prefix_driver_insufficient", "srun_label"):
-        "ctest's own '91: ' label under srun's '0: ': one numeric label is peeled, the second hides the NCCL prefix",
     **{("public5_vllm6042_watchdog_allreduce_worker_abort", t):
        "a log viewer's '  | ' table gutter is undone only as the outermost layer of a paste: under another "
        "prefix (or between noise lines) it stays, and the watchdog lines are not read"
