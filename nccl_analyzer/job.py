@@ -94,6 +94,13 @@ class JobBuilder:
         self._elastic_pids: set[int] = set()  # worker pids torchrun names (teardown, failures, its report)
         self._comm_pids: dict[str, set[int]] = {}  # commId -> pids of the processes that joined it
         self._pending: dict[tuple[str | None, int], list[dict[str, Any]]] = {}
+        # One process driving several GPUs (nccl-tests -g N, a single-process multi-GPU program): one Init line per
+        # GPU, each its own rank. (host, pid, cudaDev) -> (rank, nranks); the (host, pid) that logged several GPUs.
+        self._dev_rank: dict[tuple[str | None, int, int], tuple[int, int]] = {}
+        self._pid_devs: dict[tuple[str | None, int], set[int]] = {}
+        self.multi_gpu: set[tuple[str | None, int]] = set()
+        # (host, pid) -> (commId, rank, busId) of each Init line it logged (to re-map a subgroup's Init logged first)
+        self._proc_inits: dict[tuple[str | None, int], list[tuple[str, int, str | None]]] = {}
         self.init: dict[str, dict[int, str]] = {}  # comm_id -> rank -> started|complete
         self.busids: dict[tuple[str, str], set[int]] = {}  # (host, busId) -> global ranks (per comm -> see comms)
         self.busid_comm: dict[tuple[str, str, str], set[int]] = {}  # (host, busId, comm) -> comm ranks
@@ -137,6 +144,8 @@ class JobBuilder:
             if er is not None and (hit is None or (hit[0] != er and hit[1] <= self._elastic_top)):
                 return er
             if hit is not None:
+                if ev.cuda_dev is not None and (ev.host, ev.pid) in self.multi_gpu:
+                    return self._dev_rank.get((ev.host, ev.pid, ev.cuda_dev), hit)[0]
                 return hit[0]
         return ev.rank
 
@@ -270,12 +279,28 @@ class JobBuilder:
             # The process's global rank: its rank in the largest communicator it joined (the default PG).
             if prev is None or nranks > prev[1]:
                 self._pid_rank[key] = (rank, nranks)
-                self._pid_rank.setdefault((None, ev.pid), (rank, nranks))
+                anyhost = self._pid_rank.get((None, ev.pid))
+                if anyhost is None or anyhost == prev:
+                    self._pid_rank[(None, ev.pid)] = (rank, nranks)
+                if prev is not None and prev[0] != rank:
+                    self._regrank(key, prev[0], rank)
                 for entry in self._pending.pop(key, []):
                     tl = self._rank(rank).timeline
                     if len(tl) < TIMELINE_CAP:
                         tl.append(entry)
             grank = self._pid_rank[key][0]
+            dev = ev.get("cuda_dev", ev.get("cudaDev"))
+            dev = ev.cuda_dev if dev is None else int(dev)
+            if dev is not None and len(self._dev_rank) < _PID_CAP:
+                dk = (ev.host, ev.pid, dev)
+                if dk not in self._dev_rank or nranks > self._dev_rank[dk][1]:
+                    self._dev_rank[dk] = (rank, nranks)
+                devs = self._pid_devs.setdefault(key, set())
+                devs.add(dev)
+                if len(devs) > 1:
+                    self.multi_gpu.add(key)
+                if key in self.multi_gpu and self._dev_rank[dk][1] >= self._pid_rank[key][1]:
+                    grank = self._dev_rank[dk][0]  # this GPU's rank in the process's largest communicator
         else:
             grank = rank
         if nranks > MAX_WORLD:
@@ -285,6 +310,11 @@ class JobBuilder:
         if comm not in self.job.communicators and len(self.job.communicators) < _COMM_CAP:
             self.job.communicators[comm] = {"nranks": nranks, "ranks": {}, "complete": 0}
         c = self.job.communicators.get(comm)
+        if ev.pid is not None and len(self._proc_inits) < _PID_CAP:
+            inits = self._proc_inits.setdefault((ev.host, ev.pid), [])
+            if len(inits) < 64:
+                bus_of = ev.get("bus_id", ev.get("busId"))
+                inits.append((comm, rank, None if bus_of is None else str(bus_of)))
         if c is not None and ev.pid is not None:
             pids = self._comm_pids.setdefault(comm, set())
             if len(pids) < 1024:
@@ -516,6 +546,33 @@ class JobBuilder:
             m = re.search(r"\btorch(?:==| version:? )(\d+\.\d+\.\d+\S*)", msg)
             if m:
                 self.job.torch_version = m.group(1)
+
+    def _regrank(self, key: tuple[str | None, int], old: int, new: int) -> None:
+        """A process first logged the Init of a smaller communicator (a subgroup created before the default group's
+        lazy init, rank ``old`` there) and now that of a larger one (global rank ``new``): what its earlier Init lines
+        gave rank ``old`` was this process's, not that rank's."""
+        host, pid = key
+        owners = [k for k, v in self._pid_rank.items() if v[0] == old and k != key and k[0] is not None]
+        owner_buses = {b for k in owners for _, _, b in self._proc_inits.get(k, ())}
+        for comm, r, bus in self._proc_inits.get(key, ()):
+            c = self.job.communicators.get(comm)
+            if c is not None and c["ranks"].get(r) == old:
+                c["ranks"][r] = new
+            ranks = self.busids.get((host or "?", bus)) if bus is not None else None
+            if ranks is not None and old in ranks and bus not in owner_buses:
+                ranks.discard(old)
+                ranks.add(new)
+        info = self.job.ranks.get(old)
+        if info is None or info.pid != pid or info.host != host:
+            return
+        if owners:
+            info.pid = info.host = info.cuda_dev = info.bus_id = None  # rank ``old`` is another process's
+            return
+        del self.job.ranks[old]
+        moved = self._rank(new)
+        for entry in info.timeline:
+            if len(moved.timeline) < TIMELINE_CAP:
+                moved.timeline.append(entry)
 
     # -- result --------------------------------------------------------------------------------------------
     def build(self) -> JobModel:

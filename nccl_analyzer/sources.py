@@ -41,6 +41,13 @@ _CONTAINER_TS = re.compile(r"(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|
 _LOGGER_HEAD = re.compile(r"(?:\| (?:TRACE|DEBUG|INFO|SUCCESS|WARNING|ERROR|CRITICAL) *\| [\w.<>-]+:[\w.<>-]+:\d+ - "
                           r"|- [\w.<>-]+ - (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) - )")
 _ROLE = re.compile(r"\[([A-Za-z_][\w-]*?)(\d+)(?:\|\d+)?\]:")
+#   trainer/0 [1]:                    torchx's log tee (torchx/cli/cmd_log.py: f"{role_name}/{replica_id} {line}")
+#                                     around torchrun's tag with an empty role name ("[{role}{local_rank}]:")
+_TORCHX = re.compile(r"[A-Za-z_][\w-]*/\d+ (?=\[(?:[A-Za-z_][\w-]*?)?\d+(?:\|\d+)?\]:)")
+_EMPTY_ROLE = re.compile(r"\[(\d+)\]:")
+# A whole line set in Markdown bold or code by whoever pasted it ("**RuntimeError: NCCL communicator was aborted
+# ...**", "`[rank1]:[E ...] Watchdog caught ...`"), inside or outside a launcher's prefix: the marks are the paste's.
+_EMPHASIS = re.compile(r"(\*\*|`)(?=[^\s*`])(.*[^\s*`])\1\s*$")  # not glog's "*** SIGSEGV ... ***"
 _TAG = re.compile(r"\[\d{1,7}\] ")
 _SRUN = re.compile(r" {0,4}(\d{1,5}): ")
 #   (RayWorkerVllm pid=7046) / (WorkerDict pid=123, ip=10.0.0.1) / (pid=909608) / (raylet)
@@ -426,9 +433,13 @@ def clean_text(s: str, src: Source, lineno: int, truncated: bool = False) -> Lin
     if s[:1] == ">" and (s[1:2] == " " or len(s) == 1):
         # A Markdown quote ("> " before each line) kept inside a pasted code block: outside any other wrapper.
         s = s[2:]
+    if (s[:2] == "**" or s[:1] == "`") and s[-1:] in "*`":
+        s = _unemphasise(s)
     rank = src.rank
     local_rank = src.local_rank
     time = None
+    if "/" in s[:48] and s[:1].isalpha():
+        s, local_rank = _strip_torchx(s, local_rank)
     if s and s[0] in _PREFIX_START:
         # Cheap character tests first: most lines have no wrapper prefix, and a regex call costs ~0.3 us.
         if len(s) > 20 and s[4] == "-" and (s[10] == "T" or s[10] == " "):
@@ -454,16 +465,22 @@ def clean_text(s: str, src: Source, lineno: int, truncated: bool = False) -> Lin
                 if m and _SRUN.match(s, m.end()):
                     s = s[m.end():]
             m = _SRUN.match(s)
-            if m and (src.srun or _looks_like_srun_payload(s, m.end()) or _SRUN_ONLY_PAYLOAD.match(s, m.end())):
+            if m and (src.srun or _looks_like_srun_payload(s, m.end()) or _SRUN_ONLY_PAYLOAD.match(s, m.end())
+                      or _nested_label(s, m.end())):
                 src.srun = True
                 rank = int(m.group(1))
                 s = s[m.end():]
+                m = _nested_label(s, 0)
+                if m:
+                    s = s[m.end():]  # a second numeric label inside srun's (ctest's "91: " test number)
                 if len(s) > 20 and s[4] == "-" and (s[10] == " " or s[10] == "T"):
                     s, time = _strip_wall_clock(s, time)
                 if s[2:3] == ":" and s[5:6] == ":":
                     s = _strip_clock(s)
                 if s[:1] in _VLLM_START:
                     s, time = _strip_vllm_head(s, time)  # vLLM's "ERROR 04-15 00:31:11 file.py:574] " behind the label
+        if "/" in s[:48] and s[:1].isalpha():
+            s, local_rank = _strip_torchx(s, local_rank)  # torchx's tee behind a collector's time or srun's label
         if s.startswith("(") and (" pid=" in s[:64] or s.startswith("(pid=") or s.startswith("(raylet)")):
             m = _RAY.match(s)
             if m:
@@ -475,7 +492,12 @@ def clean_text(s: str, src: Source, lineno: int, truncated: bool = False) -> Lin
                 m = _MPI_TAG.match(s)
                 if m:
                     rank = int(m.group(1))
-                    s = s[m.end():]
+                    tag, s = m.group(0), s[m.end():]
+                    if tag in s:
+                        # mpirun's output forwarder tags every chunk it reads from the rank's pipe: a line the
+                        # program wrote in pieces ("RuntimeError" then ": NCCL communicator was aborted ...") has
+                        # the same tag again inside it
+                        s = s.replace(tag, "")
             else:
                 m = _TAG.match(s)
                 if m and (_looks_like_srun_payload(s, m.end()) or _SRUN.match(s, m.end())) \
@@ -490,6 +512,8 @@ def clean_text(s: str, src: Source, lineno: int, truncated: bool = False) -> Lin
                     s = _drop_glued_bar(s)  # the bar was written behind torchrun's "[default0]:"
                 elif s[2:3] == ":" and s[5:6] == ":":
                     s = _strip_clock(s)
+        if (s[:2] == "**" or s[:1] == "`") and s[-1:] in "*`" and s is not raw:
+            s = _unemphasise(s)  # the marks went around the program's text, behind the launcher's prefix
         if s.startswith("[rank"):
             # "[rank12]:" by string operations: this prefix is on most lines of a torch >= 2.3 job.
             j = s.find("]:", 5, 16)
@@ -506,7 +530,23 @@ def clean_text(s: str, src: Source, lineno: int, truncated: bool = False) -> Lin
     return Line(src.path, lineno, s, raw, rank, local_rank, time, truncated)
 
 
+def _unemphasise(s: str) -> str:
+    m = _EMPHASIS.match(s)
+    return m.group(2) if m and m.group(1) not in m.group(2) else s
+
+
 _VLLM_START = frozenset("DIWEC")
+
+
+def _strip_torchx(s: str, local_rank: int | None) -> tuple[str, int | None]:
+    m = _TORCHX.match(s)
+    if m is None:
+        return s, local_rank
+    s = s[m.end():]
+    m = _EMPTY_ROLE.match(s)
+    if m:
+        return s[m.end():], int(m.group(1))
+    return s, local_rank
 
 
 def _strip_wall_clock(s: str, time: str | None) -> tuple[str, str | None]:
@@ -549,6 +589,14 @@ def _strip_vllm_head(s: str, time: str | None) -> tuple[str, str | None]:
     return s[m.end():], time  # its "MM-DD hh:mm:ss" has no year: not used as the line's time
 
 
+def _nested_label(s: str, start: int) -> "re.Match[str] | None":
+    """A numeric "N: " label at ``start`` in front of a log record (ctest's test number inside srun's label)."""
+    m = _SRUN.match(s, start) if s[start:start + 1] in _SRUN_START else None
+    if m and (_looks_like_srun_payload(s, m.end()) or _SRUN_ONLY_PAYLOAD.match(s, m.end())):
+        return m
+    return None
+
+
 def _looks_like_srun_payload(s: str, start: int) -> bool:
     # "3: " also starts ordinary text ("1: loss 0.3"); accept it only in front of something that is a
     # log record of its own: an NCCL prefix, a traceback, a torch/glog record, or another prefix.
@@ -562,8 +610,10 @@ _SRUN_PAYLOAD = re.compile(
     r"|  (?:time|host|rank|exitcode|error_file|traceback) +: |(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:)"
 )
 # Further heads only an srun label may stand before (a "[3] " tag before these is NCCL's cut "[dev]" head): the
-# continuation of an NCCL error message, a bare "file.cc:123" WARN (<= 2.2), Ray's "(Actor pid=N)".
-_SRUN_ONLY_PAYLOAD = re.compile(r"nccl[A-Z]\w*: |Last error:|[\w./-]+\.(?:cc|cpp|cu|h|c|py):\d+|\((?:raylet\)|pid=\d+|[\w.]+ pid=\d+)")
+# continuation of an NCCL error message, a bare "file.cc:123" WARN (<= 2.2), Ray's "(Actor pid=N)", a line set in
+# Markdown bold, torchx's "role/0 [1]:".
+_SRUN_ONLY_PAYLOAD = re.compile(r"nccl[A-Z]\w*: |Last error:|[\w./-]+\.(?:cc|cpp|cu|h|c|py):\d+|\((?:raylet\)|pid=\d+|[\w.]+ pid=\d+)"
+                                r"|\*\*(?=\S)|[A-Za-z_][\w-]*/\d+ \[(?:[A-Za-z_][\w-]*?)?\d+\]:")
 
 
 def iter_source(src: Source) -> Iterator[Line]:

@@ -174,7 +174,8 @@ class StageTracker:
                 return
             key: Any = ("rank", r)
         elif ev.pid is not None:
-            key = (ev.host, ev.pid)
+            # per GPU of the process: one process may drive several (nccl-tests -g N), each GPU its own rank
+            key = (ev.host, ev.pid) if ev.cuda_dev is None else (ev.host, ev.pid, ev.cuda_dev)
         elif ev.rank is not None:
             key = ("rank", ev.rank)
         elif ev.cuda_dev is not None and ev.fields.get("prefix") == "partial":
@@ -215,7 +216,9 @@ class StageTracker:
             if key[0] == "rank":
                 torch_seen[key[1]] = cur
                 continue
-            hit = builder._pid_rank.get(key) or builder._pid_rank.get((None, key[1]))
+            proc = key[:2]
+            hit = builder._dev_rank.get(key) if len(key) == 3 and proc in builder.multi_gpu else None
+            hit = hit or builder._pid_rank.get(proc) or builder._pid_rank.get((None, key[1]))
             # NCCL < 2.18.3 logs no Init START: a process stuck in init never maps to a rank by its pid; then the
             # rank its own ring/tree/connection lines name is the one (``own_rank``).
             r = hit[0] if hit is not None else cur[3]

@@ -348,11 +348,13 @@ CAUSE_MISSES: dict[tuple[str, str], str] = {
                                               "(ranks 0-1 at Init COMPLETE) hides the stuck one when no pid names "
                                               "the job's processes",
     ("syn_nccltests_ends_in_channels", "noise"): "as syn_devonly_prefix_p2p_hang",
+    ("syn_p2p_first_collective_log_ends", "noise"): "a hang known only from the log ending: the noise's training-step "
+                                                    "prints come after the stuck ranks' last lines and, with no pid "
+                                                    "named by torchrun, cannot be told apart from the job's own output "
+                                                    "(the job looks like it went on)",
     ("syn_nccltests_ends_in_channels", "srun_label"): "one process drives two GPUs: the banner's srun rank 0 is "
                                                       "kept apart from the process (mapped to rank 1 by its Trees "
                                                       "line) and looks stuck in bootstrap",
-    ("public5_paddle8195_ctest_prefix_driver_insufficient", "srun_label"):
-        "ctest's own '91: ' label under srun's '0: ': one numeric label is peeled, the second hides the NCCL prefix",
     **{("public5_vllm6042_watchdog_allreduce_worker_abort", t):
        "a log viewer's '  | ' table gutter is undone only as the outermost layer of a paste: under another "
        "prefix (or between noise lines) it stays, and the watchdog lines are not read"

@@ -415,7 +415,7 @@ def _missing_ranks(b: "JobBuilder", reporting: set[int]) -> tuple[int, ...]:
     world = 0 if getattr(b, "world_inferred", False) else (b.job.world_size or 0)
     known = set(b.job.ranks) | set(range(world))
     lag = set(b.lagging)
-    if lag:
+    if lag and not (known and known <= lag):  # a desync report naming every rank (all stuck in one) names no culprit
         return tuple(sorted(lag))
     if world and len(reporting) < world and 2 * len(reporting) >= world:
         # Ranks that said nothing about the timed-out collective while (most of) their peers reported it. When

@@ -62,6 +62,10 @@ def _prose(before: str) -> bool:
 _LEGACY_RE = re.compile(
     r"(?:(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] )?"
     r"(?:(?P<file>[\w./-]+\.(?:cc|cu|h|hpp|cpp|c)):(?P<line>\d+) )?(?P<level>INFO|WARN) (?P<body>.*)$")
+# aws-ofi-nccl's test programs (tests/functional/*: nccl_message_transfer, ring, ...) pass their own logger to
+# the plugin, which prints "WARN: Function: <func> Line: <n>: <msg>" (and INFO/TRACE alike) with no NCCL prefix:
+# the same messages the plugin logs through NCCL as "... <func>:<n> NCCL WARN NET/OFI ...".
+_OFI_TEST_RE = re.compile(r"(?P<level>WARN|INFO|TRACE): Function: (?P<func>\w+) Line: (?P<line>\d+): (?P<body>.*)$")
 # "file:line [(function)] rest" at the start of an INFO body: "%s:%d ..." fmts and the 2.30.7 *_LOC macros.
 _LOC_RE = re.compile(r"(?P<file>[^\s:()]+):(?P<line>\d+)(?: \((?P<func>[^()\s]*)\))? (?P<rest>.*)$")
 _ENVNAME_RE = re.compile(r"[A-Z][A-Z0-9_]*_[A-Z0-9_]+$")
@@ -1014,6 +1018,8 @@ class NcclParser:
         if split is None:
             if "NCCL" not in text:
                 legacy = self._legacy(line) if (" WARN " in text or " INFO " in text) else None
+                if legacy is None and ": Function: " in text:
+                    legacy = self._ofi_test(line)
                 if legacy is not None:
                     out.append(legacy)
                 return out or None
@@ -1152,6 +1158,17 @@ class NcclParser:
                      pid=int(m["pid"]) if m["pid"] else None, tid=int(m["tid"]) if m["tid"] else None,
                      rank=line.rank if rank is None else rank, cuda_dev=int(m["dev"]) if m["dev"] else None,
                      time=line.time, fields=fields)
+
+    def _ofi_test(self, line: Line) -> Event | None:
+        """A line of aws-ofi-nccl's test logger ("WARN: Function: f Line: n: NET/OFI ..."); None if not one."""
+        m = _OFI_TEST_RE.match(line.text)
+        if m is None or m["level"] == "TRACE":
+            return None
+        kind, rank, cached = parse_body(m["level"], m["body"])
+        fields = dict(cached)
+        fields["function"], fields["src_line"], fields["prefix"] = m["func"], int(m["line"]), "ofi-test"
+        return Event(kind=kind, path=line.path, line=line.lineno, text=line.raw,
+                     rank=line.rank if rank is None else rank, time=line.time, fields=fields)
 
     def _continue(self, line: Line) -> list[Event]:
         pending = self._pending

@@ -267,6 +267,16 @@ class _Body(Transformer):
     def desync_lagging(self, c):
         return "torch.desync", {"lagging_ranks": [int(x) for x in re.findall(r"\d+", str(c[0]))]}
 
+    def desync_joined(self, c):
+        # ranks whose last event is the start of the earliest collective any rank is at: they wait in it
+        return "torch.desync", {"lagging_ranks": [int(x) for x in re.findall(r"\d+", str(c[0]))],
+                                "lag_seq": _int(c[1]), "lag_state": "joined"}
+
+    def desync_finished(self, c):
+        # ranks that finished that collective and never started the next one: behind in their own code
+        return "torch.desync", {"lagging_ranks": [int(x) for x in re.findall(r"\d+", str(c[0]))],
+                                "lag_seq": _int(c[1]), "lag_state": "finished"}
+
     def desync_other(self, c):
         return "torch.desync", {}
 
@@ -1617,7 +1627,10 @@ def _enrich(fields: dict, cont: list[str]) -> None:
             r = classify_body(t)
             if r and r[0] == "torch.desync":
                 for k, v in r[1].items():
-                    fields.setdefault(k, v)
+                    if k == "lagging_ranks" and k in fields:  # both lines of analyzeLaggingRanks name ranks
+                        fields[k] = sorted(set(fields[k]) | set(v))
+                    else:
+                        fields.setdefault(k, v)
             continue
         if t.startswith("CUDA error: ") and "cuda_error" not in fields:
             fields["cuda_error"] = t[len("CUDA error: "):].strip()
