@@ -44,6 +44,7 @@ TESTS = (
     "tests/test_root_selection.py",
     "tests/test_exit_mapping.py",
     "tests/test_diagnose.py",
+    "tests/test_diagnose_findings.py",
     "tests/test_engine.py",
     "tests/test_engine_loader.py",
     "tests/test_rules.py",
