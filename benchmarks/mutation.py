@@ -60,7 +60,7 @@ TESTS = (
 #: re-run as one test): left out of the mutation runs only.
 SLOW_IN_SELECTION = "not buried_in_healthy_noise and not corpus_accuracy and not generated_oom"
 
-_COPY = ("nccl_analyzer", "grammars", "rules", "messages", "reports", "tests", "benchmarks", "pyproject.toml")
+_COPY = ("nccl_analyzer", "grammars", "rules", "messages", "reports", "tests", "benchmarks", "docs", "pyproject.toml")
 
 
 def _stage(work: Path, modules: list[str]) -> None:
