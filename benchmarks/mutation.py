@@ -87,7 +87,7 @@ def _stage(work: Path, modules: list[str]) -> None:
     conf = {
         "source_paths": ["nccl_analyzer"],
         "only_mutate": only,
-        "also_copy": ["grammars", "rules", "messages", "reports", "fixtures", "benchmarks"],
+        "also_copy": ["grammars", "rules", "messages", "reports", "fixtures", "benchmarks", "docs"],
         "pytest_add_cli_args": ["-p", "no:cacheprovider", "-q", "-m", "not slow and not gpu and not browser",
                                 "-k", SLOW_IN_SELECTION],
         "pytest_add_cli_args_test_selection": tests,
