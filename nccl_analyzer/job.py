@@ -352,7 +352,7 @@ class JobBuilder:
                     self.ifaces.setdefault(ev.host or "?", set()).update(names[:16])
                 if msg.startswith("Bootstrap"):
                     self.job.network.setdefault("bootstrap", m.group(1).strip())
-            m = re.match(r"Using network (\S+)", msg)
+            m = re.match(r"Using network (.*\S)", msg)  # the plugin's name, e.g. "AWS Libfabric" (aws-ofi-nccl)
             if m:
                 self.job.network.setdefault("network", m.group(1))
 
