@@ -552,3 +552,21 @@ def test_over_long_line_of_invalid_utf8_after_a_newline(tmp_path):
     lines = list(iter_source(expand_inputs([str(p)])[0]))
     assert [(ln.text[:3], ln.truncated) for ln in lines] == [("ok", False), ("\ufffd" * 3, True), ("vm:", False)]
     assert lines[1].text == "\ufffd" * MAX_LINE
+
+
+def test_small_elf_input_is_named_as_a_binary_file_by_analyze(tmp_path):
+    # a core dump shorter than the 8 KiB sniff (its first read already ends the file) next to a real log, and alone
+    from nccl_analyzer.analysis import analyze
+    from nccl_analyzer.binary import ELF_WHY
+
+    core = tmp_path / "core.log"
+    core.write_bytes(b"\x7fELF\x02\x01\x01" + bytes(200))
+    log = tmp_path / "rank0.log"
+    log.write_text("vm:517:517 [1] NCCL INFO NCCL_SOCKET_IFNAME set by environment to eth9\n"
+                   "vm:517:517 [1] bootstrap.cc:114 NCCL WARN Bootstrap : no socket interface found\n")
+    d = analyze([str(core), str(log)])
+    assert d.root_cause is not None and d.root_cause.id == "socket_interface"
+    assert f"{core}: skipped: {ELF_WHY}" in d.warnings
+    with pytest.raises(InputError) as exc:
+        analyze([str(core)])
+    assert str(exc.value) == f"nothing to analyze: {core}: {ELF_WHY}"
