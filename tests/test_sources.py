@@ -570,3 +570,74 @@ def test_small_elf_input_is_named_as_a_binary_file_by_analyze(tmp_path):
     with pytest.raises(InputError) as exc:
         analyze([str(core)])
     assert str(exc.value) == f"nothing to analyze: {core}: {ELF_WHY}"
+
+
+def test_recursive_glob_finds_files_in_nested_folders(tmp_path):
+    # torchrun --log-dir layout: logs/<attempt>/<local rank>/stderr.log, given as one quoted ** pattern
+    for rel in ("logs/attempt_0/0/stderr.log", "logs/attempt_0/1/stderr.log", "logs/top.log"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("x\n")
+    got = sorted(Path(s.path).relative_to(tmp_path).as_posix() for s in expand_inputs([f"{tmp_path}/logs/**/*.log"]))
+    assert got == ["logs/attempt_0/0/stderr.log", "logs/attempt_0/1/stderr.log", "logs/top.log"]
+
+
+def test_junk_in_the_middle_of_a_log_does_not_make_it_binary(tmp_path):
+    # a log whose start is text, then a run of control bytes past the first 1 MiB block (a crashed writer's garbage),
+    # then a WARN line: only the start decides text/binary; the WARN is read with its line number
+    from nccl_analyzer.sources import BLOCK
+
+    info = b"vm:516:516 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM\n"
+    head = info * (BLOCK // len(info) - 100)
+    junk = bytes(range(1, 9)) * 64 + b"\n"
+    p = tmp_path / "rank0.log"
+    p.write_bytes(head + junk * 400 + NCCL_LINE + b"\n")
+    src, lines = _read(p)
+    assert src.binary is None and not any("binary" in w for w in src.warnings)
+    n = head.count(b"\n") + 400 + 1
+    assert lines[-1].lineno == n and lines[-1].text == NCCL_LINE.decode()
+
+
+def test_a_newline_right_at_a_block_boundary(tmp_path):
+    # the first 1 MiB block ends inside a line whose newline is the first byte of the next block, and the last
+    # line has no newline: every line keeps its own number
+    from nccl_analyzer.sources import BLOCK
+
+    info = b"vm:516:516 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM\n"
+    body = info * (BLOCK // len(info) - 1)
+    partial = b"x" * (BLOCK - len(body))  # fills the block exactly: its newline is byte BLOCK
+    p = tmp_path / "rank0.log"
+    p.write_bytes(body + partial + b"\n" + NCCL_LINE)
+    src, lines = _read(p)
+    n = body.count(b"\n")
+    assert [ln.text for ln in lines[n:]] == [partial.decode(), NCCL_LINE.decode()]
+    assert lines[-1].lineno == n + 2
+
+
+def test_a_read_error_mid_file_keeps_what_was_read_and_says_so(tmp_path):
+    # the disk returns EIO after the first block (a failing device, a network filesystem gone away)
+    import io
+
+    from nccl_analyzer.sources import BLOCK, read_text_lines
+
+    data = b"vm:516:516 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM\n" * (BLOCK // 64)
+
+    class FailingDisk(io.RawIOBase):
+        def __init__(self):
+            self.pos = 0
+
+        def readable(self):
+            return True
+
+        def readinto(self, b):
+            if self.pos >= BLOCK:
+                raise OSError(5, "Input/output error")
+            n = min(len(b), BLOCK - self.pos)
+            b[:n] = data[self.pos:self.pos + n]
+            self.pos += n
+            return n
+
+    src = Source(path=str(tmp_path / "rank0.log"), real=str(tmp_path / "rank0.log"))
+    src.lines = 1234
+    got = list(read_text_lines(io.BufferedReader(FailingDisk()), src, sniff=False))
+    assert got and got[0] == (data.split(b"\n")[0].decode(), False)
+    assert src.warnings == ["read error after 1234 lines: [Errno 5] Input/output error; analyzed what was readable"]
