@@ -111,6 +111,14 @@ def test_carriage_return_progress_bar_keeps_last_segment():
         # the device of a cut NCCL head stays for the parser ("[1] NCCL INFO ..."), a viewer's number does not
         (b"[1] NCCL INFO Channel 00 : 1[21000] -> 0[1000] via P2P/IPC",
          "[1] NCCL INFO Channel 00 : 1[21000] -> 0[1000] via P2P/IPC", None, None, None),
+        # torchrun's role prefix, then the job's own clock, then torch's rank prefix
+        (b"[default0]:18:11:06.680 [rank4]:[E205 18:11:06.375 ProcessGroupNCCL.cpp:1870] x",
+         "[E205 18:11:06.375 ProcessGroupNCCL.cpp:1870] x", 4, 0, None),
+        # kubectl logs --timestamps: a blank line and a short one keep their timestamp and text
+        (b"2026-11-29T13:53:17.123456789Z ", "", None, None, "2026-11-29T13:53:17.123456789Z"),
+        (b"2026-11-29T13:53:17.123456789Z ok", "ok", None, None, "2026-11-29T13:53:17.123456789Z"),
+        # the last line of a killed process, cut inside torch's rank prefix: no rank read from half a prefix
+        (b"[rank12", "[rank12", None, None, None),
     ],
 )
 def test_wrapper_prefixes(raw, text, rank, local_rank, time):
