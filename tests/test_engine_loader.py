@@ -263,3 +263,11 @@ def test_a_users_rule_with_flight_recorder_dump_examples_is_checked_on_its_own(t
     mine = parse_rule(path)
     assert mine.id == "flight-my-mismatch" and any(x.dumps for x in mine.examples)
     assert check_rules([mine]) == []
+
+
+def test_an_error_in_the_second_selector_is_at_that_selectors_line(tmp_path):
+    text = _sub("[fix]", "[[match.all]]\nmsg = '~other'\n\n[fix]")
+    second = [i for i, ln in enumerate(text.splitlines(), 1) if ln.strip() == "[[match.all]]"][1]
+    err = _err(tmp_path, text)
+    assert str(err) == (f"{err.path}:{second}: match.all[1]: a selector needs 'kind' (a glob such as \"nccl.warn.*\", "
+                        "or a list of them)")
