@@ -44,6 +44,7 @@ TESTS = (
     "tests/test_root_selection.py",
     "tests/test_exit_mapping.py",
     "tests/test_diagnose.py",
+    "tests/test_diagnose_findings.py",
     "tests/test_engine.py",
     "tests/test_engine_loader.py",
     "tests/test_rules.py",
@@ -59,7 +60,7 @@ TESTS = (
 #: re-run as one test): left out of the mutation runs only.
 SLOW_IN_SELECTION = "not buried_in_healthy_noise and not corpus_accuracy and not generated_oom"
 
-_COPY = ("nccl_analyzer", "grammars", "rules", "messages", "reports", "tests", "benchmarks", "pyproject.toml")
+_COPY = ("nccl_analyzer", "grammars", "rules", "messages", "reports", "tests", "benchmarks", "docs", "pyproject.toml")
 
 
 def _stage(work: Path, modules: list[str]) -> None:
@@ -86,7 +87,7 @@ def _stage(work: Path, modules: list[str]) -> None:
     conf = {
         "source_paths": ["nccl_analyzer"],
         "only_mutate": only,
-        "also_copy": ["grammars", "rules", "messages", "reports", "fixtures", "benchmarks"],
+        "also_copy": ["grammars", "rules", "messages", "reports", "fixtures", "benchmarks", "docs"],
         "pytest_add_cli_args": ["-p", "no:cacheprovider", "-q", "-m", "not slow and not gpu and not browser",
                                 "-k", SLOW_IN_SELECTION],
         "pytest_add_cli_args_test_selection": tests,

@@ -8,7 +8,7 @@ from typing import Any
 from .model import Event, Evidence, JobModel, RankInfo
 from .stage import KIND_PREFIX_STAGE, KIND_STAGE, StageTracker
 
-#: Entries kept per rank timeline, and pids remembered before their rank is known.
+#: Entries kept per rank timeline; processes (pids, hosts) and communicators remembered at most.
 TIMELINE_CAP = 64
 _PID_CAP = 65536
 _COMM_CAP = 4096
@@ -88,12 +88,10 @@ class JobBuilder:
         self.kinds: dict[str, int] = {}
         self._pid_rank: dict[tuple[str | None, int], tuple[int, int]] = {}  # (host,pid) -> (rank, nranks)
         self._pid_info: dict[tuple[str | None, int], dict[str, Any]] = {}
-        self._lr_pid: dict[tuple[str | None, int], int] = {}  # (host, local_rank) -> pid (torchrun agent)
         self._elastic_rank: dict[int, int] = {}  # worker pid -> global rank, as torchrun's failure report says
         self._elastic_top = -1  # the highest rank torchrun reported
         self._elastic_pids: set[int] = set()  # worker pids torchrun names (teardown, failures, its report)
         self._comm_pids: dict[str, set[int]] = {}  # commId -> pids of the processes that joined it
-        self._pending: dict[tuple[str | None, int], list[dict[str, Any]]] = {}
         # One process driving several GPUs (nccl-tests -g N, a single-process multi-GPU program): one Init line per
         # GPU, each its own rank. (host, pid, cudaDev) -> (rank, nranks); the (host, pid) that logged several GPUs.
         self._dev_rank: dict[tuple[str | None, int, int], tuple[int, int]] = {}
@@ -206,12 +204,7 @@ class JobBuilder:
                  "what": what or ev.kind}
         r = self.rank_of(ev)
         if r is None:
-            if ev.pid is not None:
-                key = (ev.host, ev.pid)
-                pend = self._pending.setdefault(key, []) if len(self._pending) < _PID_CAP else None
-                if pend is not None and len(pend) < 8:
-                    pend.append(entry)
-            return
+            return  # every caller has a rank (an Init line's pid has just been mapped to its rank)
         tl = self._rank(r).timeline
         if len(tl) < TIMELINE_CAP:
             tl.append(entry)
@@ -245,7 +238,7 @@ class JobBuilder:
         # Read the version from the printed text first: it is what the line says (and parse/nccl.py 's body cache
         # has been seen to hand back the fields of an earlier banner with other digits).
         m = _BANNER_VERSION.search(str(ev.get("msg") or ev.text or ""))
-        v = m.group(1) if m else (ev.get("version") or ev.get("nccl_version"))
+        v = m.group(1) if m else ev.get("version")
         if not v:
             return
         v = str(v)
@@ -261,7 +254,7 @@ class JobBuilder:
                 self._rank(r).nccl_version = v
 
     def _on_driver(self, ev: Event) -> None:
-        v = ev.get("driver_version") or ev.get("version") or ev.get("driver") or ev.get("cuda_driver")
+        v = ev.get("driver_version")
         if v is not None and self.job.cuda_driver is None:
             self.job.cuda_driver = str(v)
 
@@ -271,7 +264,7 @@ class JobBuilder:
             return
         rank = int(rank)
         nranks = int(ev.get("nranks", 0) or 0)
-        comm = str(ev.get("comm_id") or ev.get("commId") or ev.get("comm") or "?")
+        comm = str(ev.get("comm_id") or ev.get("comm") or "?")  # 2.8-2.15 Init COMPLETE lines have no commId
         complete = ev.kind.endswith("complete")
         if ev.pid is not None:
             key = (ev.host, ev.pid)
@@ -284,12 +277,8 @@ class JobBuilder:
                     self._pid_rank[(None, ev.pid)] = (rank, nranks)
                 if prev is not None and prev[0] != rank:
                     self._regrank(key, prev[0], rank)
-                for entry in self._pending.pop(key, []):
-                    tl = self._rank(rank).timeline
-                    if len(tl) < TIMELINE_CAP:
-                        tl.append(entry)
             grank = self._pid_rank[key][0]
-            dev = ev.get("cuda_dev", ev.get("cudaDev"))
+            dev = ev.get("cuda_dev")
             dev = ev.cuda_dev if dev is None else int(dev)
             if dev is not None and len(self._dev_rank) < _PID_CAP:
                 dk = (ev.host, ev.pid, dev)
@@ -331,10 +320,10 @@ class JobBuilder:
         info = self._rank(grank)
         info.host = info.host or ev.host
         info.pid = info.pid if info.pid is not None else ev.pid
-        cuda_dev = ev.get("cuda_dev", ev.get("cudaDev"))
+        cuda_dev = ev.get("cuda_dev")
         if cuda_dev is not None and info.cuda_dev is None:
             info.cuda_dev = int(cuda_dev)
-        bus = ev.get("bus_id", ev.get("busId"))
+        bus = ev.get("bus_id")
         if bus is not None:
             bus = str(bus)
             if info.bus_id is None:
@@ -368,7 +357,7 @@ class JobBuilder:
                 lst.append(ev)
 
     def _on_network(self, ev: Event) -> None:
-        net = ev.get("network") or ev.get("net")
+        net = ev.get("network")
         if net:
             self.job.network.setdefault("network", str(net))
         ifs = ev.get("interfaces")
@@ -383,12 +372,7 @@ class JobBuilder:
         oob = ev.get("oob_interface")
         if oob:
             self.ifaces.setdefault(ev.host or "?", set()).add(str(oob))
-        iface = ev.get("iface") or ev.get("ifaces") or ev.get("interface")
-        if iface and ev.kind in ("nccl.bootstrap", "nccl.net.socket", "nccl.socket"):
-            self.job.network.setdefault("bootstrap", str(iface))
-            names = re.findall(r"(?:\[\d+\])?([A-Za-z][\w.\-]*?):\d", str(iface))
-            if names:
-                self.ifaces.setdefault(ev.host or "?", set()).update(names[:16])
+        # A line the grammar cannot type (cut short, a network name with a space: "Using network AWS Libfabric")
         if ev.kind == "nccl.info":
             msg = str(ev.get("msg", ""))
             m = re.match(r"(?:Bootstrap ?: Using|NET/Socket : Using|NET/IB : Using.*OOB)\s*(.*)", msg)
@@ -398,14 +382,14 @@ class JobBuilder:
                     self.ifaces.setdefault(ev.host or "?", set()).update(names[:16])
                 if msg.startswith("Bootstrap"):
                     self.job.network.setdefault("bootstrap", m.group(1).strip())
-            m = re.match(r"Using network (\S+)", msg)
+            m = re.match(r"Using network (.*\S)", msg)  # the plugin's name, e.g. "AWS Libfabric" (aws-ofi-nccl)
             if m:
                 self.job.network.setdefault("network", m.group(1))
 
     def _on_transport(self, ev: Event) -> None:
         # Hot: a big job logs one line per channel and peer. Only the first transport line per rank goes
         # into the timeline and each transport kind into the network summary.
-        t = ev.fields.get("transport") or ev.fields.get("via")
+        t = ev.fields.get("transport")
         if not t:
             return
         base = _TRANSPORT_BASE.get(t)
@@ -434,9 +418,9 @@ class JobBuilder:
         r = self.rank_of(ev)
         if r is None:
             return
-        op = ev.get("op_type") or ev.get("op") or ev.get("coll")
+        op = ev.get("op")
         entry = {"op_type": op, "source": "nccl.coll", "line": ev.line}
-        for name in ("op_count", "opCount", "count", "datatype"):
+        for name in ("op_count", "count", "datatype"):
             if ev.get(name) is not None:
                 entry[name] = ev.get(name)
         prev = self.collectives.get(r)
@@ -464,7 +448,7 @@ class JobBuilder:
         self._timeline(ev, "watchdog timeout" if ev.kind == "torch.watchdog.timeout" else ev.kind)
 
     def _on_desync(self, ev: Event) -> None:
-        lag = ev.get("lagging_ranks") or ev.get("lagging") or ev.get("ranks")  # parse/torch.py: lagging_ranks
+        lag = ev.get("lagging_ranks")  # parse/torch.py
         if isinstance(lag, (list, tuple)):
             for x in lag[:1024]:
                 try:
@@ -492,7 +476,7 @@ class JobBuilder:
         if rank is None:
             return
         rank = int(rank)
-        entry = {k: ev.get(k) for k in ("exitcode", "signal", "pid", "host", "local_rank", "time", "first_observed")
+        entry = {k: ev.get(k) for k in ("exitcode", "signal", "pid", "host", "local_rank", "time")
                  if ev.get(k) is not None}
         if ev.get("root_cause") is not None:
             entry["first_observed"] = bool(ev.get("root_cause"))
@@ -523,11 +507,6 @@ class JobBuilder:
         if len(tl) < TIMELINE_CAP:
             tl.append({"kind": ev.kind, "path": ev.path, "line": ev.line, "time": ev.get("time"),
                        "what": f"exit {entry.get('exitcode')}"})
-
-    def _on_worker_failed(self, ev: Event) -> None:
-        pid, lr = ev.get("worker_pid", ev.get("pid")), ev.get("local_rank")
-        if pid is not None and lr is not None:
-            self._lr_pid[(ev.host, int(lr))] = int(pid)
 
     def _on_torch_log(self, ev: Event) -> None:
         msg = str(ev.get("msg", ""))
@@ -627,16 +606,10 @@ def traceback_collective(ev: Event) -> str | None:
     """The torch.distributed collective a traceback stopped in (innermost distributed_c10d frame)."""
     frames = ev.get("frames") or []
     name = None
-    for fr in frames:
-        if isinstance(fr, dict):
-            file = str(fr.get("file") or fr.get("path") or fr.get("filename") or "")
-            func = str(fr.get("func") or fr.get("function") or fr.get("name") or "")
-        elif isinstance(fr, (list, tuple)) and len(fr) >= 3:
-            file, func = str(fr[0]), str(fr[2])
-        else:
-            continue
-        if "distributed_c10d" in file and func in COLLECTIVE_FUNCS:
-            name = func
+    for fr in frames:  # the traceback parser's frames: {"file", "line", "function"}
+        if isinstance(fr, dict) and "distributed_c10d" in str(fr.get("file")) \
+                and fr.get("function") in COLLECTIVE_FUNCS:
+            name = fr["function"]
     if name is None:
         for line in ev.get("lines") or []:
             m = re.search(r'distributed_c10d\.py", line \d+, in (\w+)', str(line))
@@ -668,22 +641,17 @@ _HANDLERS = {
     "nccl.transport": JobBuilder._on_transport,
     "nccl.coll": JobBuilder._on_coll,
     "nccl.cuda_driver": JobBuilder._on_driver,
-    "nccl.driver": JobBuilder._on_driver,
-    "nccl.network": JobBuilder._on_network,
-    "nccl.bootstrap": JobBuilder._on_network,
     "nccl.info": JobBuilder._on_network,
     "torch.watchdog.timeout": JobBuilder._on_watchdog,
     "torch.work.status": JobBuilder._on_watchdog,
     "torch.desync": JobBuilder._on_desync,
     "python.traceback": JobBuilder._on_traceback,
     "torch.elastic.child_failed": JobBuilder._on_child_failed,
-    "torch.elastic.worker_failed": JobBuilder._on_worker_failed,
     "torch.log": JobBuilder._on_torch_log,
     "torch.pg.init": JobBuilder._on_torch_log,
 }
 _PREFIX_HANDLERS = (
     ("nccl.net", JobBuilder._on_network),
-    ("nccl.socket", JobBuilder._on_network),
     ("nccl.bootstrap", JobBuilder._on_network),
     ("nccl.init.", JobBuilder._on_init),
 )

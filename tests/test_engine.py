@@ -354,6 +354,16 @@ def test_a_renamed_torch_variable_is_given_under_the_name_that_torch_reads(tmp_p
     assert fx.commands == (f"export {want_cmd}=2000",)
 
 
+def test_a_renamed_variable_named_twice_in_the_summary_is_renamed_twice(tmp_path):
+    from nccl_analyzer.engine.run import make_fix
+
+    rule = make_rule(tmp_path, NO_ROUTE, fix='summary = "set TORCH_NCCL_TRACE_BUFFER_SIZE=2000 and rerun; '
+                     'TORCH_NCCL_TRACE_BUFFER_SIZE sizes the Flight Recorder ring"\n'
+                     'env = { TORCH_NCCL_TRACE_BUFFER_SIZE = "2000" }')
+    fx = make_fix(rule, {}, torch_version="2.12.1")
+    assert fx.summary == "set TORCH_FR_BUFFER_SIZE=2000 and rerun; TORCH_FR_BUFFER_SIZE sizes the Flight Recorder ring"
+
+
 def test_evidence_is_the_telling_line_deduplicated_and_capped():
     from nccl_analyzer.engine.run import EVIDENCE_CAP, key_line, quote
 

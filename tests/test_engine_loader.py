@@ -248,3 +248,26 @@ def test_check_rules_reports_explains_problems_and_crashes(tmp_path):
                                                     "node1:1:1 [0] init.cc:1 NCCL WARN thing broke")))
     [p] = check_rules([loose])
     assert (p.line, p.message) == (loose.examples[1].line, "example expects no-match but the rule matched")
+
+
+def test_a_users_rule_with_flight_recorder_dump_examples_is_checked_on_its_own(tmp_path):
+    # a user adapts the built-in Flight Recorder rule (examples with dumps) under an id of their own: its examples
+    # run against that rule (not the built-in set, which does not have it), so they pass
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "rules" / "flight" / "flight-collective-mismatch.toml").read_text()
+    assert "dumps" in text
+    path = tmp_path / "flight" / "flight-my-mismatch.toml"
+    path.parent.mkdir()
+    path.write_text(text.replace('id = "flight-collective-mismatch"', 'id = "flight-my-mismatch"'))
+    mine = parse_rule(path)
+    assert mine.id == "flight-my-mismatch" and any(x.dumps for x in mine.examples)
+    assert check_rules([mine]) == []
+
+
+def test_an_error_in_the_second_selector_is_at_that_selectors_line(tmp_path):
+    text = _sub("[fix]", "[[match.all]]\nmsg = '~other'\n\n[fix]")
+    second = [i for i, ln in enumerate(text.splitlines(), 1) if ln.strip() == "[[match.all]]"][1]
+    err = _err(tmp_path, text)
+    assert str(err) == (f"{err.path}:{second}: match.all[1]: a selector needs 'kind' (a glob such as \"nccl.warn.*\", "
+                        "or a list of them)")

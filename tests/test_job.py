@@ -232,18 +232,12 @@ def test_version_number_drops_the_build_suffix():
 def test_traceback_collective_is_the_innermost_c10d_frame():
     # the traceback parser's frames: {"file", "line", "function"}
     frames = [{"file": "/app/train.py", "line": 3, "function": "main"},
-              ("/x/torch/distributed/distributed_c10d.py", 3068, "barrier"),
+              {"file": "/x/torch/distributed/distributed_c10d.py", "line": 3068, "function": "barrier"},
               {"file": ".../torch/distributed/distributed_c10d.py", "line": 9, "function": "all_reduce"},
               {"file": ".../torch/distributed/distributed_c10d.py", "line": 9, "function": "_get_default_group"},
-              {"file": "/x/other.py", "function": "all_gather"}, "junk"]
+              {"file": "/x/other.py", "function": "all_gather"}, {"file": None, "function": None}, "junk"]
     ev = Event(kind="python.traceback", path="p", line=1, text="Traceback", fields={"frames": frames})
     assert traceback_collective(ev) == "all_reduce"
-    other_keys = [{"path": ".../distributed_c10d.py", "func": "broadcast"},
-                  {"filename": ".../distributed_c10d.py", "name": "scatter"}, ("short", "tuple")]
-    ev1 = Event(kind="python.traceback", path="p", line=1, text="Traceback", fields={"frames": other_keys})
-    assert traceback_collective(ev1) == "scatter"
-    assert traceback_collective(Event(kind="python.traceback", path="p", line=1, text="Traceback",
-                                      fields={"frames": other_keys[:1]})) == "broadcast"
     lines = ['  File "/x/torch/distributed/distributed_c10d.py", line 4000, in broadcast',
              '  File "/x/torch/distributed/distributed_c10d.py", line 4100, in _check_single_tensor']
     ev2 = Event(kind="python.traceback", path="p", line=1, text="Traceback", fields={"lines": lines})
@@ -302,3 +296,30 @@ def test_a_bare_version_banner_is_the_files():
     job = b.build()
     assert job.nccl_versions == ["2.18.6+cuda12.1"] and job.cuda_driver == "12020"
     assert job.extra["versions_by_process"] == {"2.18.6+cuda12.1": ["job.log"]}
+
+
+def test_a_network_plugin_name_with_a_space_is_kept_whole():
+    # aws-ofi-nccl names itself "AWS Libfabric" (NCCL_NET="AWS Libfabric" selects it); NCCL prints that name
+    b = _builder("ip-10-0-0-1:4100:4100 [0] NCCL INFO Using network AWS Libfabric\n"
+                 "ip-10-0-0-1:4100:4100 [0] NCCL INFO Using network Socket\n")
+    assert b.build().network == {"network": "AWS Libfabric"}  # the first network line, the name whole
+
+
+def test_interfaces_of_a_socket_line_cut_short():
+    # the last line a process wrote before it was killed, cut mid-list: the interfaces it did print count
+    b = _builder("vm:516:516 [0] NCCL INFO NET/Socket : Using [0]eth0:192.0.2.2<0> [1]ib0:10.0.0.2<0> [2")
+    assert b.build().extra["interfaces"] == {"vm": ["eth0", "ib0"]}
+
+
+def test_communicator_of_processes_torchrun_does_not_name_is_not_this_jobs_world():
+    # this job's two workers (pids 101, 102; torchrun reports both) and, in the same log, the NCCL output of
+    # another job's 8-rank communicator (pids 900-907): the world size is this job's 2, the other one is foreign
+    own = "".join(f"nodeA:{101 + r}:{101 + r} [{r}] NCCL INFO ncclCommInitRankConfig comm 0x{r + 1} rank {r} "
+                  f"nranks 2 cudaDev {r} nvmlDev {r} busId {r + 1}8000 commId 0xabc - Init COMPLETE\n" for r in range(2))
+    other = "".join(f"nodeA:{900 + r}:{900 + r} [{r}] NCCL INFO ncclCommInitRankConfig comm 0x9{r} rank {r} "
+                    f"nranks 8 cudaDev {r} nvmlDev {r} busId {r + 1}8000 commId 0xfff - Init COMPLETE\n" for r in range(8))
+    failed = "".join(f"E1129 15:23:31.797000 418 torch/distributed/elastic/multiprocessing/api.py:986] failed "
+                     f"(exitcode: 1) local_rank: {r} (pid: {101 + r}) of binary: /usr/bin/python\n" for r in range(2))
+    job = _builder(other + own + failed).build()
+    assert job.world_size == 2
+    assert job.extra["foreign_communicators"] == ["0xfff"]

@@ -111,6 +111,14 @@ def test_carriage_return_progress_bar_keeps_last_segment():
         # the device of a cut NCCL head stays for the parser ("[1] NCCL INFO ..."), a viewer's number does not
         (b"[1] NCCL INFO Channel 00 : 1[21000] -> 0[1000] via P2P/IPC",
          "[1] NCCL INFO Channel 00 : 1[21000] -> 0[1000] via P2P/IPC", None, None, None),
+        # torchrun's role prefix, then the job's own clock, then torch's rank prefix
+        (b"[default0]:18:11:06.680 [rank4]:[E205 18:11:06.375 ProcessGroupNCCL.cpp:1870] x",
+         "[E205 18:11:06.375 ProcessGroupNCCL.cpp:1870] x", 4, 0, None),
+        # kubectl logs --timestamps: a blank line and a short one keep their timestamp and text
+        (b"2026-11-29T13:53:17.123456789Z ", "", None, None, "2026-11-29T13:53:17.123456789Z"),
+        (b"2026-11-29T13:53:17.123456789Z ok", "ok", None, None, "2026-11-29T13:53:17.123456789Z"),
+        # the last line of a killed process, cut inside torch's rank prefix: no rank read from half a prefix
+        (b"[rank12", "[rank12", None, None, None),
     ],
 )
 def test_wrapper_prefixes(raw, text, rank, local_rank, time):
@@ -552,3 +560,92 @@ def test_over_long_line_of_invalid_utf8_after_a_newline(tmp_path):
     lines = list(iter_source(expand_inputs([str(p)])[0]))
     assert [(ln.text[:3], ln.truncated) for ln in lines] == [("ok", False), ("\ufffd" * 3, True), ("vm:", False)]
     assert lines[1].text == "\ufffd" * MAX_LINE
+
+
+def test_small_elf_input_is_named_as_a_binary_file_by_analyze(tmp_path):
+    # a core dump shorter than the 8 KiB sniff (its first read already ends the file) next to a real log, and alone
+    from nccl_analyzer.analysis import analyze
+    from nccl_analyzer.binary import ELF_WHY
+
+    core = tmp_path / "core.log"
+    core.write_bytes(b"\x7fELF\x02\x01\x01" + bytes(200))
+    log = tmp_path / "rank0.log"
+    log.write_text("vm:517:517 [1] NCCL INFO NCCL_SOCKET_IFNAME set by environment to eth9\n"
+                   "vm:517:517 [1] bootstrap.cc:114 NCCL WARN Bootstrap : no socket interface found\n")
+    d = analyze([str(core), str(log)])
+    assert d.root_cause is not None and d.root_cause.id == "socket_interface"
+    assert f"{core}: skipped: {ELF_WHY}" in d.warnings
+    with pytest.raises(InputError) as exc:
+        analyze([str(core)])
+    assert str(exc.value) == f"nothing to analyze: {core}: {ELF_WHY}"
+
+
+def test_recursive_glob_finds_files_in_nested_folders(tmp_path):
+    # torchrun --log-dir layout: logs/<attempt>/<local rank>/stderr.log, given as one quoted ** pattern
+    for rel in ("logs/attempt_0/0/stderr.log", "logs/attempt_0/1/stderr.log", "logs/top.log"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("x\n")
+    got = sorted(Path(s.path).relative_to(tmp_path).as_posix() for s in expand_inputs([f"{tmp_path}/logs/**/*.log"]))
+    assert got == ["logs/attempt_0/0/stderr.log", "logs/attempt_0/1/stderr.log", "logs/top.log"]
+
+
+def test_junk_in_the_middle_of_a_log_does_not_make_it_binary(tmp_path):
+    # a log whose start is text, then a run of control bytes past the first 1 MiB block (a crashed writer's garbage),
+    # then a WARN line: only the start decides text/binary; the WARN is read with its line number
+    from nccl_analyzer.sources import BLOCK
+
+    info = b"vm:516:516 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM\n"
+    head = info * (BLOCK // len(info) - 100)
+    junk = bytes(range(1, 9)) * 64 + b"\n"
+    p = tmp_path / "rank0.log"
+    p.write_bytes(head + junk * 400 + NCCL_LINE + b"\n")
+    src, lines = _read(p)
+    assert src.binary is None and not any("binary" in w for w in src.warnings)
+    n = head.count(b"\n") + 400 + 1
+    assert lines[-1].lineno == n and lines[-1].text == NCCL_LINE.decode()
+
+
+def test_a_newline_right_at_a_block_boundary(tmp_path):
+    # the first 1 MiB block ends inside a line whose newline is the first byte of the next block, and the last
+    # line has no newline: every line keeps its own number
+    from nccl_analyzer.sources import BLOCK
+
+    info = b"vm:516:516 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM\n"
+    body = info * (BLOCK // len(info) - 1)
+    partial = b"x" * (BLOCK - len(body))  # fills the block exactly: its newline is byte BLOCK
+    p = tmp_path / "rank0.log"
+    p.write_bytes(body + partial + b"\n" + NCCL_LINE)
+    src, lines = _read(p)
+    n = body.count(b"\n")
+    assert [ln.text for ln in lines[n:]] == [partial.decode(), NCCL_LINE.decode()]
+    assert lines[-1].lineno == n + 2
+
+
+def test_a_read_error_mid_file_keeps_what_was_read_and_says_so(tmp_path):
+    # the disk returns EIO after the first block (a failing device, a network filesystem gone away)
+    import io
+
+    from nccl_analyzer.sources import BLOCK, read_text_lines
+
+    data = b"vm:516:516 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM\n" * (BLOCK // 64)
+
+    class FailingDisk(io.RawIOBase):
+        def __init__(self):
+            self.pos = 0
+
+        def readable(self):
+            return True
+
+        def readinto(self, b):
+            if self.pos >= BLOCK:
+                raise OSError(5, "Input/output error")
+            n = min(len(b), BLOCK - self.pos)
+            b[:n] = data[self.pos:self.pos + n]
+            self.pos += n
+            return n
+
+    src = Source(path=str(tmp_path / "rank0.log"), real=str(tmp_path / "rank0.log"))
+    src.lines = 1234
+    got = list(read_text_lines(io.BufferedReader(FailingDisk()), src, sniff=False))
+    assert got and got[0] == (data.split(b"\n")[0].decode(), False)
+    assert src.warnings == ["read error after 1234 lines: [Errno 5] Input/output error; analyzed what was readable"]
