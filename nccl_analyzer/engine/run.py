@@ -18,6 +18,9 @@ CAP_PER_KEY = 50
 CAP_KEYS = 4096
 #: Evidence lines quoted per finding.
 EVIDENCE_CAP = 6
+#: The captures of a match that captured nothing, shared by all such matches (read only: 135k empty dicts and as many
+#: tuples at 1,000 ranks otherwise).
+_NO_CAPS: dict[str, Any] = {}
 
 
 @dataclass(slots=True)
@@ -34,6 +37,9 @@ class _RuleState:
     rule: Rule
     slots: list[_Slot]
     dirty: bool = False
+    #: A rule grouped by job whose ``none`` selector matched can never hit again (``none`` selectors are not
+    #: skipped): its slots keep that one event and take no more.
+    dead: bool = False
 
 
 @dataclass(slots=True)
@@ -181,7 +187,7 @@ class Matcher:
     def _slots_for(self, kind: str) -> list[_Slot]:
         got = self._by_kind.get(kind)
         if got is None:
-            got = [sl for st in self._states for sl in st.slots if sl.selector.accepts_kind(kind)]
+            got = [sl for st in self._states if not st.dead for sl in st.slots if sl.selector.accepts_kind(kind)]
             if len(self._by_kind) < 100000:
                 self._by_kind[kind] = got  # type: ignore[assignment]
         return got  # type: ignore[return-value]
@@ -197,9 +203,13 @@ class Matcher:
         if not slots:
             return
         memo: dict[str, Any] = {}
+        plain = None  # (seq, ev, _NO_CAPS), one tuple for every slot that captured nothing
         for sl in slots:
             caps = sl.selector.test(ev, memo)
             if caps is None:
+                continue
+            st = self._slot_state[id(sl)]
+            if st.dead:  # killed by an earlier slot of this same event
                 continue
             sl.count += 1
             key = _raw_key(ev)
@@ -209,11 +219,32 @@ class Matcher:
                     continue
                 lst = sl.by_key[key] = []
             if len(lst) < CAP_PER_KEY:
-                lst.append((self.seq, ev, caps))
-                st = self._slot_state[id(sl)]
+                if caps:
+                    lst.append((self.seq, ev, caps))
+                else:
+                    if plain is None:
+                        plain = (self.seq, ev, _NO_CAPS)
+                    lst.append(plain)
                 st.dirty = True
                 if st.rule.role == "root" and sl.part != "none":
                     self.dirty = True
+                if sl.part == "none" and st.rule.match.group_by == "job":
+                    self._kill(st, sl)
+
+    def _kill(self, st: _RuleState, keep: _Slot) -> None:
+        """``st``'s rule is grouped by job and its ``none`` slot ``keep`` matched: no later event can make it hit,
+        so its other matches are dropped and its slots leave the kind index (``keep``'s one match stays, so
+        ``hits`` still finds the rule cancelled)."""
+        st.dead = True
+        for sl in st.slots:
+            if sl is not keep:
+                sl.by_key.clear()
+        first = next(iter(keep.by_key))
+        keep.by_key = {first: keep.by_key[first][:1]}
+        gone = {id(sl) for sl in st.slots}
+        for kind, lst in self._by_kind.items():
+            if any(id(sl) in gone for sl in lst):
+                self._by_kind[kind] = [sl for sl in lst if id(sl) not in gone]
 
     # -- evaluation ------------------------------------------------------------------------------------------------
     def hits(self, builder: "JobBuilder", roles: tuple[str, ...] | None = None,
