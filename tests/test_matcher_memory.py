@@ -53,3 +53,30 @@ def test_matches_without_captures_share_one_item(tmp_path):
     a = _feed([parse_rule(write(tmp_path, two))], "a:1:1 [0] init.cc:1 NCCL WARN thing broke\n")
     items = [it for st in a.matcher._states for sl in st.slots for v in sl.by_key.values() for it in v]
     assert len(items) >= 2 and all(it is items[0] for it in items) and items[0][2] is _NO_CAPS
+
+
+def test_a_packed_event_reads_as_the_event_it_packs():
+    from nccl_analyzer.engine.packed import PackedEvent, pack
+    from nccl_analyzer.model import Event
+
+    ev = Event("torch.terminate", "x.log", 7, "terminate called", host="h", pid=3, rank=2, end_line=9,
+               fields={"lines": ["terminate called", "  what():  boom"], "what": "boom", "seq": 5, "ok": None})
+    p = pack(ev)
+    assert isinstance(p, PackedEvent) and p.unpacked() == ev and p.fields == ev.fields
+    assert list(p.fields) == list(ev.fields), "the fields' order (bound values follow it) is kept"
+    for name in ("kind", "path", "line", "text", "host", "pid", "tid", "rank", "end_line", "seq", "ok", "what", "nope"):
+        assert p.get(name, "dflt") == ev.get(name, "dflt")
+    assert p.loc == ev.loc
+    assert pack(Event("x", "p", 1, "t")).__class__ is Event, "nothing to pack: the event itself"
+
+
+def test_late_matches_of_a_slot_are_packed_with_the_same_result(tmp_path):
+    from nccl_analyzer.engine.packed import FULL_KEEP, PackedEvent
+
+    rules = [parse_rule(write(tmp_path, GOOD))]
+    text = "".join(f"a:{p}:{p} [0] init.cc:1 NCCL WARN thing broke\n" for p in range(1, FULL_KEEP + 20))
+    a = _feed(rules, text)
+    held = [it[1] for st in a.matcher._states for sl in st.slots for v in sl.by_key.values() for it in v]
+    assert sum(isinstance(e, PackedEvent) for e in held) == 19 and not isinstance(held[0], PackedEvent)
+    d = a.finish()
+    assert d.root_cause.rule == "nccl-test-thing" and d.root_cause.fix.summary == "fix broke"

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from ..model import Event, Evidence, Finding, Fix
 from .match import PREDICATES, PredContext, Selector, event_lines
 from .loader import Rule, placeholders
+from .packed import FULL_KEEP, pack
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..job import JobBuilder
@@ -29,7 +30,8 @@ class _Slot:
     index: int
     selector: Selector
     by_key: dict[Any, list[tuple[int, Event, dict[str, Any]]]] = field(default_factory=dict)
-    count: int = 0
+    count: int = 0  # matches
+    stored: int = 0  # matches kept
 
 
 @dataclass(slots=True)
@@ -203,13 +205,13 @@ class Matcher:
         if not slots:
             return
         memo: dict[str, Any] = {}
-        plain = None  # (seq, ev, _NO_CAPS), one tuple for every slot that captured nothing
+        took: list[tuple[_Slot, _RuleState, list, dict[str, Any]]] = []
         for sl in slots:
             caps = sl.selector.test(ev, memo)
             if caps is None:
                 continue
             st = self._slot_state[id(sl)]
-            if st.dead:  # killed by an earlier slot of this same event
+            if st.dead:
                 continue
             sl.count += 1
             key = _raw_key(ev)
@@ -219,17 +221,28 @@ class Matcher:
                     continue
                 lst = sl.by_key[key] = []
             if len(lst) < CAP_PER_KEY:
-                if caps:
-                    lst.append((self.seq, ev, caps))
-                else:
-                    if plain is None:
-                        plain = (self.seq, ev, _NO_CAPS)
-                    lst.append(plain)
-                st.dirty = True
-                if st.rule.role == "root" and sl.part != "none":
-                    self.dirty = True
-                if sl.part == "none" and st.rule.match.group_by == "job":
-                    self._kill(st, sl)
+                took.append((sl, st, lst, caps))
+        if not took:
+            return
+        held: Any = ev
+        if all(sl.stored >= FULL_KEEP for sl, _, _, _ in took):
+            held = pack(ev)  # packed.py: every slot holds the same object, whole or packed
+        plain = None  # (seq, held, _NO_CAPS), one tuple for every slot that captured nothing
+        for sl, st, lst, caps in took:
+            if st.dead:  # killed by an earlier slot of this same event
+                continue
+            sl.stored += 1
+            if caps:
+                lst.append((self.seq, held, caps))
+            else:
+                if plain is None:
+                    plain = (self.seq, held, _NO_CAPS)
+                lst.append(plain)
+            st.dirty = True
+            if st.rule.role == "root" and sl.part != "none":
+                self.dirty = True
+            if sl.part == "none" and st.rule.match.group_by == "job":
+                self._kill(st, sl)
 
     def _kill(self, st: _RuleState, keep: _Slot) -> None:
         """``st``'s rule is grouped by job and its ``none`` slot ``keep`` matched: no later event can make it hit,
