@@ -103,7 +103,7 @@ class Analyzer:
                 self.feed(line)
                 if progress is not None and not line.lineno & 0xFFF:
                     progress.update(done_before + line.lineno)
-            self.flush(src.path)
+            self.flush(src.path, keep=False)
             return
         stream = self._streams.get(src.path)
         if stream is None:
@@ -126,7 +126,7 @@ class Analyzer:
             self._lines[src.path] = res.lines
         src.finish_warnings()
         self._counted += res.counted
-        self.flush(src.path)
+        self.flush(src.path, keep=False)
 
     def run_parallel(self, sources: list[Source], workers: int, progress: Any = None) -> None:
         """Parse ``sources`` in worker processes (parallel.py) and fold their events in, in input order."""
@@ -169,14 +169,16 @@ class Analyzer:
             s.lines = offsets.get(s.path, s.lines)
             s.finish_warnings()
 
-    def flush(self, path: str | None = None) -> list[Event]:
-        """Close multi-line events still open (a traceback at the end of a file)."""
+    def flush(self, path: str | None = None, keep: bool = True) -> list[Event]:
+        """Close multi-line events still open (a traceback at the end of a file). ``keep=False``: return nothing
+        (the events are not all held at once: the ones that waited packed are unpacked one at a time)."""
         out: list[Event] = []
         for p, stream in list(self._streams.items()):
             if path is None or p == path:
-                for ev in stream.flush():
+                for ev in stream.drain():
                     self.add_event(ev)
-                    out.append(ev)
+                    if keep:
+                        out.append(ev)
         return out
 
     def add_flight_dumps(self, paths: list[str]) -> None:
@@ -243,7 +245,7 @@ class Analyzer:
         """Flush the parsers, decide root cause and cascade, return the ``Diagnosis``."""
         if self._finished is not None:
             return self._finished
-        self.flush()
+        self.flush(keep=False)
         self._progress()
         job = self.builder.build()
         self.ledger.settle(self._lines)  # caught exceptions and retries that later succeeded are no failure

@@ -56,7 +56,7 @@ def test_matches_without_captures_share_one_item(tmp_path):
 
 
 def test_a_packed_event_reads_as_the_event_it_packs():
-    from nccl_analyzer.engine.packed import PackedEvent, pack
+    from nccl_analyzer.packed import PackedEvent, pack
     from nccl_analyzer.model import Event
 
     ev = Event("torch.terminate", "x.log", 7, "terminate called", host="h", pid=3, rank=2, end_line=9,
@@ -71,7 +71,7 @@ def test_a_packed_event_reads_as_the_event_it_packs():
 
 
 def test_late_matches_of_a_slot_are_packed_with_the_same_result(tmp_path):
-    from nccl_analyzer.engine.packed import FULL_KEEP, PackedEvent
+    from nccl_analyzer.packed import FULL_KEEP, PackedEvent
 
     rules = [parse_rule(write(tmp_path, GOOD))]
     text = "".join(f"a:{p}:{p} [0] init.cc:1 NCCL WARN thing broke\n" for p in range(1, FULL_KEEP + 20))
@@ -80,3 +80,42 @@ def test_late_matches_of_a_slot_are_packed_with_the_same_result(tmp_path):
     assert sum(isinstance(e, PackedEvent) for e in held) == 19 and not isinstance(held[0], PackedEvent)
     d = a.finish()
     assert d.root_cause.rule == "nccl-test-thing" and d.root_cause.fix.summary == "fix broke"
+
+
+def test_events_waiting_behind_an_open_traceback_come_out_the_same_packed(monkeypatch):
+    from nccl_analyzer import classify
+
+    # rank 1's traceback stays open (its process may still print a chained one): every later event waits
+    text = ("[rank1]: Traceback (most recent call last):\n"
+            '[rank1]:   File "/app/train.py", line 3, in <module>\n'
+            "[rank1]: RuntimeError: boom\n"
+            + "".join(f"[rank{r}]:[E1129 15:22:25.400782314 ProcessGroupNCCL.cpp:689] [Rank {r}] Watchdog caught "
+                      f"collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=8, NumelOut=8, "
+                      f"Timeout(ms)=1000) ran for 1001 milliseconds before timing out.\n" for r in range(2, 40))
+            + "".join(f"h:{p}:{p} [0] init.cc:1 NCCL WARN thing {p}\n" for p in range(40)))
+
+    def events(hold: int) -> list:
+        monkeypatch.setattr(classify, "HOLD_PACK", hold)
+        es = classify.EventStream(keep_text=False, compact=True)
+        out = []
+        for ln in lines_of_text(text):
+            out.extend(es.feed(ln))
+        from nccl_analyzer.packed import PackedEvent
+        waited = (len(es._held), sum(isinstance(h[2], PackedEvent) for h in es._held))
+        return out + es.flush(), waited
+
+    whole, waited = events(10 ** 9)
+    packed, waited_packed = events(0)
+    assert waited[0] > 70 and waited[1] == 0 and waited_packed == (waited[0], waited[0])
+    assert packed == whole and all(type(e) is type(w) for e, w in zip(packed, whole))
+
+
+def test_a_packed_fields_blob_is_compressed_only_when_long():
+    from nccl_analyzer.model import Event
+    from nccl_analyzer.packed import ZIP_OVER, pack
+
+    short = pack(Event("k", "p", 1, "t", fields={"a": 1}))
+    lines = [f"line {i} " + "x" * 40 for i in range(ZIP_OVER // 10)]
+    long_ = pack(Event("k", "p", 1, "t", fields={"lines": lines}))
+    assert short._blob[0] != 0x78 and long_._blob[0] == 0x78 and len(long_._blob) < ZIP_OVER
+    assert short.fields == {"a": 1} and long_.fields == {"lines": lines}

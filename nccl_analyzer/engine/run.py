@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from ..model import Event, Evidence, Finding, Fix
 from .match import PREDICATES, PredContext, Selector, event_lines
 from .loader import Rule, placeholders
-from .packed import FULL_KEEP, pack
+from ..packed import FULL_KEEP, pack
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..job import JobBuilder

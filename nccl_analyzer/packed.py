@@ -1,11 +1,16 @@
-"""Events the matcher holds in compressed form: the same values, a fraction of the memory.
+"""Events held in compressed form: the same values, a fraction of the memory.
 
-At 1,000 ranks the rule slots hold about 15,000 events that nothing else keeps (watchdog records, C++ traces,
-``terminate called`` blocks: one to six KiB each, most of it ``fields``: the verbatim lines and the message
-joined again). Past its first ``FULL_KEEP`` matches, a slot is unlikely to need an event's fields (evaluation
-reads a few attributes of every matched event and the fields of only the first few), so such an event is held as
-a ``PackedEvent``: its attributes as they are and its ``fields`` pickled and zlib-compressed (about 360 bytes).
-``fields`` decompresses them again, equal to the original, every time it is read, so every result is the same.
+Two holders keep many events that nothing reads again for a while:
+
+- the rule engine's slots (engine/run.py): at 1,000 ranks about 15,000 events that nothing else keeps (watchdog
+  records, C++ traces, ``terminate called`` blocks: one to six KiB each, most of it ``fields``: the verbatim
+  lines, and the message joined again). Past its first ``FULL_KEEP`` matches a slot holds such an event packed;
+- the input-order heap of ``classify.EventStream``: while a multi-line block is open (a traceback whose process
+  may still print a chained one) every later event waits there, 10,000 of them at 1,000 ranks. Past
+  ``HOLD_PACK`` waiting events, the later ones wait packed and are unpacked when released.
+
+A ``PackedEvent`` keeps the attributes as they are and ``fields`` pickled (compressed with zlib when long);
+``fields`` gives a dict equal to the original, order included, every time it is read, so no result changes.
 """
 from __future__ import annotations
 
@@ -13,8 +18,14 @@ import pickle
 import zlib
 from typing import Any
 
-from ..model import Event, Loc, _EVENT_ATTRS
+from .model import Event, Loc, _EVENT_ATTRS
 
+#: Pickles longer than this are compressed (zlib level 1: about 20 µs for the 0.8 KiB of an average event, which
+#: shrinks to 0.35 KiB; a short pickle is kept as it is).
+ZIP_OVER = 512
+_PICKLED = pickle.dumps(None, pickle.HIGHEST_PROTOCOL)[0]  # a pickle's first byte (a zlib stream starts with 0x78)
+#: Events the input-order heap holds whole before it packs the later ones.
+HOLD_PACK = 256
 #: A slot keeps the first this many events it matches whole; later ones are packed (when no other slot keeps them
 #: whole: every slot holds the same object, so identity and order are unchanged).
 FULL_KEEP = 64
@@ -34,7 +45,8 @@ class PackedEvent:
 
     @property
     def fields(self) -> dict[str, Any]:
-        return pickle.loads(zlib.decompress(self._blob))
+        b = self._blob
+        return pickle.loads(b if b[0] == _PICKLED else zlib.decompress(b))
 
     @property
     def loc(self) -> Loc:
@@ -59,7 +71,14 @@ def pack(ev: Event) -> Event | PackedEvent:
     if not ev.fields:
         return ev
     try:
-        blob = zlib.compress(pickle.dumps(ev.fields, pickle.HIGHEST_PROTOCOL), 1)
+        blob = pickle.dumps(ev.fields, pickle.HIGHEST_PROTOCOL)
     except (pickle.PicklingError, TypeError, AttributeError, RecursionError):
         return ev
+    if len(blob) > ZIP_OVER:
+        blob = zlib.compress(blob, 1)
     return PackedEvent(ev, blob)
+
+
+def unpack(ev: Event | PackedEvent) -> Event:
+    """An ``Event`` for ``ev`` (``ev`` itself unless packed)."""
+    return ev.unpacked() if isinstance(ev, PackedEvent) else ev
