@@ -12,6 +12,7 @@ from .engine.run import Hit, Matcher, make_fix, render_template
 from .job import JobBuilder, time_key
 from .jobs import JobSplitCheck
 from .model import Diagnosis, Event, InputInfo, Line, RootCause
+from .packed import unpack
 from .errors import InputError
 from .sources import Inputs, Source, as_specs, clean_line, expand_inputs, iter_source, nothing_to_analyze, sniff_source
 from . import triage
@@ -78,10 +79,11 @@ class Analyzer:
             self.add_event(ev)
         return events
 
-    def add_event(self, ev: Event) -> None:
-        """Fold an already-parsed event (e.g. from an events export) into the job model and matcher."""
+    def add_event(self, ev: Event, packed: Any = None) -> None:
+        """Fold an already-parsed event (e.g. from an events export) into the job model and matcher.
+        ``packed``: the same event packed (packed.py), when it came so; the matcher may hold that one."""
         self.builder.add(ev)
-        self.matcher.add(ev)
+        self.matcher.add(ev, packed)
         self.ledger.add(ev)
         self._jobs.observe(ev)
         self._events_by_path[ev.path] = self._events_by_path.get(ev.path, 0) + 1
@@ -137,15 +139,19 @@ class Analyzer:
                                             self._stage_only):
             path = res.path
             base = offsets.get(path, 0)
-            for ev in res.events:
+            events = res.events
+            for i, packed in enumerate(events):
+                ev = unpack(packed)  # the workers send their events packed; unpacked one at a time, as they go
+                events[i] = None  # type: ignore[call-overload]
                 if base:
+                    packed = None  # its line numbers are the range's: the matcher packs the event again if it must
                     ev.line += base
                     if ev.end_line is not None:
                         ev.end_line += base
                     numbers = ev.fields.get("line_numbers")
                     if numbers:
                         ev.fields["line_numbers"] = [n + base for n in numbers]
-                self.add_event(ev)
+                self.add_event(ev, packed if packed is not ev else None)
             offsets[path] = base + res.lines
             self._lines[path] = offsets[path]
             self._extra["text"] += res.text
@@ -171,12 +177,14 @@ class Analyzer:
 
     def flush(self, path: str | None = None, keep: bool = True) -> list[Event]:
         """Close multi-line events still open (a traceback at the end of a file). ``keep=False``: return nothing
-        (the events are not all held at once: the ones that waited packed are unpacked one at a time)."""
+        (the events are not all held at once: the ones that waited packed are unpacked one at a time, and the rule
+        engine may keep them as they waited)."""
         out: list[Event] = []
         for p, stream in list(self._streams.items()):
             if path is None or p == path:
-                for ev in stream.drain():
-                    self.add_event(ev)
+                for packed in stream.drain():
+                    ev = unpack(packed)
+                    self.add_event(ev, packed if packed is not ev else None)
                     if keep:
                         out.append(ev)
         return out

@@ -6,7 +6,7 @@ from collections import deque
 from typing import Iterator
 
 from .model import Event, Line
-from .packed import HOLD_PACK, pack, unpack
+from .packed import HOLD_PACK, PackedEvent, pack, unpack
 from .parse.crash import CrashParser
 from .parse.errtext import ErrorTextParser
 from .parse.nccl import NcclParser
@@ -134,16 +134,16 @@ class EventStream:
         return self._torch.errors
 
     def flush(self) -> list[Event]:
-        return list(self.drain())
+        return [unpack(ev) for ev in self.drain()]
 
-    def drain(self) -> Iterator[Event]:
-        """``flush`` one event at a time: the events that waited packed are unpacked one by one, as they go."""
+    def drain(self) -> Iterator[Event | PackedEvent]:
+        """``flush`` one event at a time, as it waited: whole, or packed (packed.py) after a long wait."""
         for ev in self._nccl.flush() + self._torch.flush() + self._crash.flush():
             self._seq += 1
             heapq.heappush(self._held, (ev.line, self._seq, ev))
         held = self._held
         while held:
-            yield unpack(heapq.heappop(held)[2])
+            yield heapq.heappop(held)[2]
 
 
 def _ordered(events: list[Event]) -> bool:

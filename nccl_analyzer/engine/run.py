@@ -198,8 +198,9 @@ class Matcher:
         """Whether any rule selector accepts events of ``kind``."""
         return bool(self._slots_for(kind))
 
-    def add(self, ev: Event) -> None:
-        """Test one event against every selector whose kind glob accepts it."""
+    def add(self, ev: Event, packed: Any = None) -> None:
+        """Test one event against every selector whose kind glob accepts it (``packed``: the same event packed,
+        when it came so: held instead of packing it again)."""
         self.seq += 1
         slots = self._slots_for(ev.kind)
         if not slots:
@@ -226,7 +227,8 @@ class Matcher:
             return
         held: Any = ev
         if all(sl.stored >= FULL_KEEP for sl, _, _, _ in took):
-            held = pack(ev)  # packed.py: every slot holds the same object, whole or packed
+            # nccl_analyzer/packed.py: every slot holds the same object, whole or packed
+            held = packed if packed is not None else pack(ev)
         plain = None  # (seq, held, _NO_CAPS), one tuple for every slot that captured nothing
         for sl, st, lst, caps in took:
             if st.dead:  # killed by an earlier slot of this same event
