@@ -196,10 +196,10 @@ def parse_unit(unit: Unit, inert: frozenset[str] = frozenset(), stage_only: froz
         events.extend(es.flush())
     finally:
         stream.close()
-    # Multi-line events are sent packed (packed.py): the main process holds the events of up to ``workers`` ranges
-    # at a time, and a range with the end of a failed job in it has tens of thousands of torch blocks (1-6 KiB
-    # each, most of it their lines); it unpacks them one at a time. One-line events are small: sent as they are.
-    events = [pack(ev) if "lines" in ev.fields else ev for ev in events]
+    # Sent packed (packed.py): the main process holds the events of up to ``workers`` ranges at a time (the first
+    # range of a 1,000-rank job: 53,000 init events; one with the end of a failed job: tens of thousands of torch
+    # blocks of 1-6 KiB each), and unpacks them one at a time, as it folds them in.
+    events = [pack(ev) for ev in events]
     return UnitResult(unit.index, src.path, events, lineno, es.counts["text"], es.compacted, local.warnings,
                       es.parser_errors, local.cut_lines, local.first_cut, counted)
 
