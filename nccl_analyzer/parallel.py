@@ -198,8 +198,10 @@ def parse_unit(unit: Unit, inert: frozenset[str] = frozenset(), stage_only: froz
         stream.close()
     # Sent packed (packed.py): the main process holds the events of up to ``workers`` ranges at a time (the first
     # range of a 1,000-rank job: 53,000 init events; one with the end of a failed job: tens of thousands of torch
-    # blocks of 1-6 KiB each), and unpacks them one at a time, as it folds them in.
-    events = [pack(ev) for ev in events]
+    # blocks of 1-6 KiB each), and unpacks them one at a time, as it folds them in. Packed in place: each whole
+    # event is freed as its packed copy replaces it (a second list would hold both at once).
+    for i, ev in enumerate(events):
+        events[i] = pack(ev)  # type: ignore[call-overload]
     return UnitResult(unit.index, src.path, events, lineno, es.counts["text"], es.compacted, local.warnings,
                       es.parser_errors, local.cut_lines, local.first_cut, counted)
 
