@@ -12,6 +12,7 @@ from .engine.run import Hit, Matcher, make_fix, render_template
 from .job import JobBuilder, time_key
 from .jobs import JobSplitCheck
 from .model import Diagnosis, Event, InputInfo, Line, RootCause
+from .packed import unpack
 from .errors import InputError
 from .sources import Inputs, Source, as_specs, clean_line, expand_inputs, iter_source, nothing_to_analyze, sniff_source
 from . import triage
@@ -78,10 +79,11 @@ class Analyzer:
             self.add_event(ev)
         return events
 
-    def add_event(self, ev: Event) -> None:
-        """Fold an already-parsed event (e.g. from an events export) into the job model and matcher."""
+    def add_event(self, ev: Event, packed: Any = None) -> None:
+        """Fold an already-parsed event (e.g. from an events export) into the job model and matcher.
+        ``packed``: the same event packed (packed.py), when it came so; the matcher may hold that one."""
         self.builder.add(ev)
-        self.matcher.add(ev)
+        self.matcher.add(ev, packed)
         self.ledger.add(ev)
         self._jobs.observe(ev)
         self._events_by_path[ev.path] = self._events_by_path.get(ev.path, 0) + 1
@@ -103,7 +105,7 @@ class Analyzer:
                 self.feed(line)
                 if progress is not None and not line.lineno & 0xFFF:
                     progress.update(done_before + line.lineno)
-            self.flush(src.path)
+            self.flush(src.path, keep=False)
             return
         stream = self._streams.get(src.path)
         if stream is None:
@@ -126,7 +128,7 @@ class Analyzer:
             self._lines[src.path] = res.lines
         src.finish_warnings()
         self._counted += res.counted
-        self.flush(src.path)
+        self.flush(src.path, keep=False)
 
     def run_parallel(self, sources: list[Source], workers: int, progress: Any = None) -> None:
         """Parse ``sources`` in worker processes (parallel.py) and fold their events in, in input order."""
@@ -137,15 +139,19 @@ class Analyzer:
                                             self._stage_only):
             path = res.path
             base = offsets.get(path, 0)
-            for ev in res.events:
+            events = res.events
+            for i, packed in enumerate(events):
+                ev = unpack(packed)  # the workers send their events packed; unpacked one at a time, as they go
+                events[i] = None  # type: ignore[call-overload]
                 if base:
+                    packed = None  # its line numbers are the range's: the matcher packs the event again if it must
                     ev.line += base
                     if ev.end_line is not None:
                         ev.end_line += base
                     numbers = ev.fields.get("line_numbers")
                     if numbers:
                         ev.fields["line_numbers"] = [n + base for n in numbers]
-                self.add_event(ev)
+                self.add_event(ev, packed if packed is not ev else None)
             offsets[path] = base + res.lines
             self._lines[path] = offsets[path]
             self._extra["text"] += res.text
@@ -169,14 +175,18 @@ class Analyzer:
             s.lines = offsets.get(s.path, s.lines)
             s.finish_warnings()
 
-    def flush(self, path: str | None = None) -> list[Event]:
-        """Close multi-line events still open (a traceback at the end of a file)."""
+    def flush(self, path: str | None = None, keep: bool = True) -> list[Event]:
+        """Close multi-line events still open (a traceback at the end of a file). ``keep=False``: return nothing
+        (the events are not all held at once: the ones that waited packed are unpacked one at a time, and the rule
+        engine may keep them as they waited)."""
         out: list[Event] = []
         for p, stream in list(self._streams.items()):
             if path is None or p == path:
-                for ev in stream.flush():
-                    self.add_event(ev)
-                    out.append(ev)
+                for packed in stream.drain():
+                    ev = unpack(packed)
+                    self.add_event(ev, packed if packed is not ev else None)
+                    if keep:
+                        out.append(ev)
         return out
 
     def add_flight_dumps(self, paths: list[str]) -> None:
@@ -243,7 +253,7 @@ class Analyzer:
         """Flush the parsers, decide root cause and cascade, return the ``Diagnosis``."""
         if self._finished is not None:
             return self._finished
-        self.flush()
+        self.flush(keep=False)
         self._progress()
         job = self.builder.build()
         self.ledger.settle(self._lines)  # caught exceptions and retries that later succeeded are no failure

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from typing import Iterator
 
 from .model import Event, Line
+from .packed import HOLD_PACK, PackedEvent, pack, unpack
 from .parse.crash import CrashParser
 from .parse.errtext import ErrorTextParser
 from .parse.nccl import NcclParser
@@ -96,9 +98,11 @@ class EventStream:
             if len(events) == 1 or _ordered(events):
                 if self._pending() is None:
                     return events
+        held = self._held
         for ev in events:
             self._seq += 1
-            heapq.heappush(self._held, (ev.line, self._seq, ev))
+            # a long wait (an open block near the start of a big log): the later events wait packed (packed.py)
+            heapq.heappush(held, (ev.line, self._seq, ev if len(held) < HOLD_PACK else pack(ev)))
         return self._release()
 
     def _pending(self) -> int | None:
@@ -118,7 +122,7 @@ class EventStream:
         out = []
         held = self._held
         while held and (limit is None or held[0][0] < limit):
-            out.append(heapq.heappop(held)[2])
+            out.append(unpack(heapq.heappop(held)[2]))
         return out
 
     @property
@@ -130,11 +134,16 @@ class EventStream:
         return self._torch.errors
 
     def flush(self) -> list[Event]:
+        return [unpack(ev) for ev in self.drain()]
+
+    def drain(self) -> Iterator[Event | PackedEvent]:
+        """``flush`` one event at a time, as it waited: whole, or packed (packed.py) after a long wait."""
         for ev in self._nccl.flush() + self._torch.flush() + self._crash.flush():
             self._seq += 1
             heapq.heappush(self._held, (ev.line, self._seq, ev))
-        out = [heapq.heappop(self._held)[2] for _ in range(len(self._held))]
-        return out
+        held = self._held
+        while held:
+            yield heapq.heappop(held)[2]
 
 
 def _ordered(events: list[Event]) -> bool:

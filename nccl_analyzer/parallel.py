@@ -19,6 +19,7 @@ from typing import Iterator
 from . import triage
 from .classify import EventStream
 from .model import Event
+from .packed import PackedEvent, pack
 from .sources import Source, clean_text, open_binary, read_text_lines
 
 #: Below this many bytes in total, one process is faster than starting workers.
@@ -53,7 +54,7 @@ class Unit:
 class UnitResult:
     index: int
     path: str
-    events: list[Event]
+    events: list[Event | PackedEvent]  # packed (packed.py); Analyzer.run_parallel unpacks them
     lines: int
     text: int
     compacted: int
@@ -195,6 +196,12 @@ def parse_unit(unit: Unit, inert: frozenset[str] = frozenset(), stage_only: froz
         events.extend(es.flush())
     finally:
         stream.close()
+    # Sent packed (packed.py): the main process holds the events of up to ``workers`` ranges at a time (the first
+    # range of a 1,000-rank job: 53,000 init events; one with the end of a failed job: tens of thousands of torch
+    # blocks of 1-6 KiB each), and unpacks them one at a time, as it folds them in. Packed in place: each whole
+    # event is freed as its packed copy replaces it (a second list would hold both at once).
+    for i, ev in enumerate(events):
+        events[i] = pack(ev)  # type: ignore[call-overload]
     return UnitResult(unit.index, src.path, events, lineno, es.counts["text"], es.compacted, local.warnings,
                       es.parser_errors, local.cut_lines, local.first_cut, counted)
 

@@ -49,15 +49,23 @@ class FieldTest:
             if v is None:
                 return {}
             s = str(v)
-            if self.need is not None and not any(x in s for x in self.need):
-                return {}
+            if self.need is not None:
+                for x in self.need:  # (a loop, not any(): this runs ~600k times at 1,000 ranks)
+                    if x in s:
+                        break
+                else:
+                    return {}
             return {} if not self.value.search(s) else None
         if v is None:
             return {} if self.op == "ne" else None
         if self.op == "re":
             s = str(v)
-            if self.need is not None and not any(x in s for x in self.need):
-                return None
+            if self.need is not None:
+                for x in self.need:
+                    if x in s:
+                        break
+                else:
+                    return None
             m = self.value.search(s)
             if not m:
                 return None

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from ..model import Event, Evidence, Finding, Fix
 from .match import PREDICATES, PredContext, Selector, event_lines
 from .loader import Rule, placeholders
+from ..packed import FULL_KEEP, pack
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..job import JobBuilder
@@ -18,6 +19,9 @@ CAP_PER_KEY = 50
 CAP_KEYS = 4096
 #: Evidence lines quoted per finding.
 EVIDENCE_CAP = 6
+#: The captures of a match that captured nothing, shared by all such matches (read only: 135k empty dicts and as many
+#: tuples at 1,000 ranks otherwise).
+_NO_CAPS: dict[str, Any] = {}
 
 
 @dataclass(slots=True)
@@ -26,7 +30,8 @@ class _Slot:
     index: int
     selector: Selector
     by_key: dict[Any, list[tuple[int, Event, dict[str, Any]]]] = field(default_factory=dict)
-    count: int = 0
+    count: int = 0  # matches
+    stored: int = 0  # matches kept
 
 
 @dataclass(slots=True)
@@ -34,6 +39,9 @@ class _RuleState:
     rule: Rule
     slots: list[_Slot]
     dirty: bool = False
+    #: A rule grouped by job whose ``none`` selector matched can never hit again (``none`` selectors are not
+    #: skipped): its slots keep that one event and take no more.
+    dead: bool = False
 
 
 @dataclass(slots=True)
@@ -181,7 +189,7 @@ class Matcher:
     def _slots_for(self, kind: str) -> list[_Slot]:
         got = self._by_kind.get(kind)
         if got is None:
-            got = [sl for st in self._states for sl in st.slots if sl.selector.accepts_kind(kind)]
+            got = [sl for st in self._states if not st.dead for sl in st.slots if sl.selector.accepts_kind(kind)]
             if len(self._by_kind) < 100000:
                 self._by_kind[kind] = got  # type: ignore[assignment]
         return got  # type: ignore[return-value]
@@ -190,16 +198,21 @@ class Matcher:
         """Whether any rule selector accepts events of ``kind``."""
         return bool(self._slots_for(kind))
 
-    def add(self, ev: Event) -> None:
-        """Test one event against every selector whose kind glob accepts it."""
+    def add(self, ev: Event, packed: Any = None) -> None:
+        """Test one event against every selector whose kind glob accepts it (``packed``: the same event packed,
+        when it came so: held instead of packing it again)."""
         self.seq += 1
         slots = self._slots_for(ev.kind)
         if not slots:
             return
         memo: dict[str, Any] = {}
+        took: list[tuple[_Slot, _RuleState, list, dict[str, Any]]] = []
         for sl in slots:
             caps = sl.selector.test(ev, memo)
             if caps is None:
+                continue
+            st = self._slot_state[id(sl)]
+            if st.dead:
                 continue
             sl.count += 1
             key = _raw_key(ev)
@@ -209,11 +222,44 @@ class Matcher:
                     continue
                 lst = sl.by_key[key] = []
             if len(lst) < CAP_PER_KEY:
-                lst.append((self.seq, ev, caps))
-                st = self._slot_state[id(sl)]
-                st.dirty = True
-                if st.rule.role == "root" and sl.part != "none":
-                    self.dirty = True
+                took.append((sl, st, lst, caps))
+        if not took:
+            return
+        held: Any = ev
+        if all(sl.stored >= FULL_KEEP for sl, _, _, _ in took):
+            # nccl_analyzer/packed.py: every slot holds the same object, whole or packed
+            held = packed if packed is not None else pack(ev)
+        plain = None  # (seq, held, _NO_CAPS), one tuple for every slot that captured nothing
+        for sl, st, lst, caps in took:
+            if st.dead:  # killed by an earlier slot of this same event
+                continue
+            sl.stored += 1
+            if caps:
+                lst.append((self.seq, held, caps))
+            else:
+                if plain is None:
+                    plain = (self.seq, held, _NO_CAPS)
+                lst.append(plain)
+            st.dirty = True
+            if st.rule.role == "root" and sl.part != "none":
+                self.dirty = True
+            if sl.part == "none" and st.rule.match.group_by == "job":
+                self._kill(st, sl)
+
+    def _kill(self, st: _RuleState, keep: _Slot) -> None:
+        """``st``'s rule is grouped by job and its ``none`` slot ``keep`` matched: no later event can make it hit,
+        so its other matches are dropped and its slots leave the kind index (``keep``'s one match stays, so
+        ``hits`` still finds the rule cancelled)."""
+        st.dead = True
+        for sl in st.slots:
+            if sl is not keep:
+                sl.by_key.clear()
+        first = next(iter(keep.by_key))
+        keep.by_key = {first: keep.by_key[first][:1]}
+        gone = {id(sl) for sl in st.slots}
+        for kind, lst in self._by_kind.items():
+            if any(id(sl) in gone for sl in lst):
+                self._by_kind[kind] = [sl for sl in lst if id(sl) not in gone]
 
     # -- evaluation ------------------------------------------------------------------------------------------------
     def hits(self, builder: "JobBuilder", roles: tuple[str, ...] | None = None,

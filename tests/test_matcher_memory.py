@@ -1,0 +1,121 @@
+"""The matcher's memory bounds that must not change any result: a job-grouped rule whose ``none`` selector matched
+drops what it held and takes no more events; matches that captured nothing share one tuple per event."""
+from __future__ import annotations
+
+from nccl_analyzer.analysis import Analyzer, lines_of_text
+from nccl_analyzer.engine import parse_rule
+from nccl_analyzer.engine.run import _NO_CAPS
+
+from test_engine import GOOD, write
+
+# the WARN is a match; a later "all good" INFO line of any process cancels the rule for the whole job
+JOB_NONE = GOOD.replace("[[match.all]]", '[[match.none]]\nkind = "nccl.info"\nmsg = "~all good"\n\n[[match.all]]')
+WARNS = "".join(f"a:{p}:{p} [0] init.cc:1 NCCL WARN thing broke\n" for p in range(1, 30))
+
+
+def _feed(rules, text):
+    a = Analyzer(rules=rules)
+    for ln in lines_of_text(text):
+        a.feed(ln)
+    return a
+
+
+def _kept(a):
+    return sum(len(v) for st in a.matcher._states for sl in st.slots for v in sl.by_key.values())
+
+
+def test_a_cancelled_job_rule_keeps_one_event_and_never_hits(tmp_path):
+    rules = [parse_rule(write(tmp_path, JOB_NONE))]
+    a = _feed(rules, WARNS)
+    assert _kept(a) == 29 and [h.rule.id for h in a.hits()] == ["nccl-test-thing"]
+    a = _feed(rules, WARNS + "a:1:1 [0] NCCL INFO all good\n" + WARNS)
+    assert _kept(a) == 1, "the none match only: the WARNs before it are dropped, the ones after not taken"
+    assert a.hits() == []
+    assert a.finish().root_cause.rule != "nccl-test-thing"
+
+
+def test_a_rank_grouped_rule_is_not_cancelled_for_other_ranks(tmp_path):
+    rules = [parse_rule(write(tmp_path, JOB_NONE.replace("[match]", '[match]\ngroup_by = "rank"')))]
+    log = ("a:1:1 [0] NCCL INFO comm 0x1 rank 0 nranks 2 cudaDev 0 busId 10 - Init START\n"
+           "a:2:2 [1] NCCL INFO comm 0x2 rank 1 nranks 2 cudaDev 1 busId 20 - Init START\n"
+           "a:1:1 [0] init.cc:1 NCCL WARN thing one\n"
+           "a:2:2 [1] NCCL INFO all good\n"
+           "a:2:2 [1] init.cc:1 NCCL WARN thing two\n")
+    a = _feed(rules, log)
+    assert [h.ranks for h in a.hits()] == [(0,)]
+    assert not a.matcher._states[0].dead
+
+
+def test_matches_without_captures_share_one_item(tmp_path):
+    two = GOOD.replace("msg = '~thing (?P<what>\\w+)'", "msg = '~thing'") + \
+        '\n[[match.any]]\nkind = "nccl.warn.*"\n'
+    two = two.replace("[fix]", '[[match.any]]\nkind = "nccl.warn.*"\nmsg = "~broke"\n\n[fix]')
+    a = _feed([parse_rule(write(tmp_path, two))], "a:1:1 [0] init.cc:1 NCCL WARN thing broke\n")
+    items = [it for st in a.matcher._states for sl in st.slots for v in sl.by_key.values() for it in v]
+    assert len(items) >= 2 and all(it is items[0] for it in items) and items[0][2] is _NO_CAPS
+
+
+def test_a_packed_event_reads_as_the_event_it_packs():
+    from nccl_analyzer.packed import PackedEvent, pack
+    from nccl_analyzer.model import Event
+
+    ev = Event("torch.terminate", "x.log", 7, "terminate called", host="h", pid=3, rank=2, end_line=9,
+               fields={"lines": ["terminate called", "  what():  boom"], "what": "boom", "seq": 5, "ok": None})
+    p = pack(ev)
+    assert isinstance(p, PackedEvent) and p.unpacked() == ev and p.fields == ev.fields
+    assert list(p.fields) == list(ev.fields), "the fields' order (bound values follow it) is kept"
+    for name in ("kind", "path", "line", "text", "host", "pid", "tid", "rank", "end_line", "seq", "ok", "what", "nope"):
+        assert p.get(name, "dflt") == ev.get(name, "dflt")
+    assert p.loc == ev.loc
+    assert pack(Event("x", "p", 1, "t")).__class__ is Event, "nothing to pack: the event itself"
+
+
+def test_late_matches_of_a_slot_are_packed_with_the_same_result(tmp_path):
+    from nccl_analyzer.packed import FULL_KEEP, PackedEvent
+
+    rules = [parse_rule(write(tmp_path, GOOD))]
+    text = "".join(f"a:{p}:{p} [0] init.cc:1 NCCL WARN thing broke\n" for p in range(1, FULL_KEEP + 20))
+    a = _feed(rules, text)
+    held = [it[1] for st in a.matcher._states for sl in st.slots for v in sl.by_key.values() for it in v]
+    assert sum(isinstance(e, PackedEvent) for e in held) == 19 and not isinstance(held[0], PackedEvent)
+    d = a.finish()
+    assert d.root_cause.rule == "nccl-test-thing" and d.root_cause.fix.summary == "fix broke"
+
+
+def test_events_waiting_behind_an_open_traceback_come_out_the_same_packed(monkeypatch):
+    from nccl_analyzer import classify
+
+    # rank 1's traceback stays open (its process may still print a chained one): every later event waits
+    text = ("[rank1]: Traceback (most recent call last):\n"
+            '[rank1]:   File "/app/train.py", line 3, in <module>\n'
+            "[rank1]: RuntimeError: boom\n"
+            + "".join(f"[rank{r}]:[E1129 15:22:25.400782314 ProcessGroupNCCL.cpp:689] [Rank {r}] Watchdog caught "
+                      f"collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=8, NumelOut=8, "
+                      f"Timeout(ms)=1000) ran for 1001 milliseconds before timing out.\n" for r in range(2, 40))
+            + "".join(f"h:{p}:{p} [0] init.cc:1 NCCL WARN thing {p}\n" for p in range(40)))
+
+    def events(hold: int) -> list:
+        monkeypatch.setattr(classify, "HOLD_PACK", hold)
+        es = classify.EventStream(keep_text=False, compact=True)
+        out = []
+        for ln in lines_of_text(text):
+            out.extend(es.feed(ln))
+        from nccl_analyzer.packed import PackedEvent
+        waited = (len(es._held), sum(isinstance(h[2], PackedEvent) for h in es._held))
+        return out + es.flush(), waited
+
+    whole, waited = events(10 ** 9)
+    packed, waited_packed = events(0)
+    assert waited[0] > 70 and waited[1] == 0 and waited_packed == (waited[0], waited[0])
+    assert packed == whole and all(type(e) is type(w) for e, w in zip(packed, whole))
+
+
+def test_a_packed_fields_blob_is_compressed_only_when_long():
+    from nccl_analyzer.model import Event
+    from nccl_analyzer.packed import ZIP_OVER, pack
+
+    short = pack(Event("k", "p", 1, "t", fields={"a": 1}))
+    lines = [f"line {i} " + "x" * 40 for i in range(ZIP_OVER // 10)]
+    long_ = pack(Event("k", "p", 1, "t", fields={"lines": lines}))
+    assert short._blob[0] != 0x78 and long_._blob[0] == 0x78 and len(long_._blob) < ZIP_OVER
+    assert short.fields == {"a": 1} and long_.fields == {"lines": lines}
