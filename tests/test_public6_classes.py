@@ -1,4 +1,4 @@
-"""The failure classes the public6 development set showed (fixtures/cases/PUBLIC6_BASELINE.md), each built from
+"""The failure classes the public6 development set showed (fixtures/public6/BASELINE.md), each built from
 what the tool that prints the line does, not from one pasted log: other bindings' NCCL result strings (XLA,
 NCCLCHECK macros, std::runtime_error what()), nccl-tests' failed validation, a c10::Error tail raised from the
 watchdog's checkTimeout, torch.multiprocessing.spawn's signal exits, a cut dump-signal line, an NCCL <= 2.2 WARN

@@ -237,9 +237,9 @@ _VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+[^\s,]*)")
 
 
 # Lines of a healthy log that are harmless only because nothing else in that log failed (a run's teardown: the
-# proxy service thread losing its local ranks' sockets, and the error traces it prints; a communicator's
-# "- Destroy START/COMPLETE" at the run's end): not chatter that may be dropped into any other log.
-_CONTEXT_ONLY = re.compile(r"proxy\.cc:\d+ NCCL WARN|NCCL INFO \S+:\d+ -> \d+\s*$| - Destroy (?:START|COMPLETE)\b")
+# proxy service thread losing its local ranks' sockets, and the error traces it prints): not chatter that may be
+# dropped into any other log.
+_CONTEXT_ONLY = re.compile(r"proxy\.cc:\d+ NCCL WARN|NCCL INFO \S+:\d+ -> \d+\s*$")
 
 
 def _noise_lines(n: int, seed: int, version: str | None = None) -> Lines:
@@ -339,8 +339,6 @@ CAUSE_MISSES: dict[tuple[str, str], str] = {
     ("syn_nccltests_ends_in_channels", "srun_label"): "one process drives two GPUs: the banner's srun rank 0 is "
                                                       "kept apart from the process (mapped to rank 1 by its Trees "
                                                       "line) and looks stuck in bootstrap",
-    ("public5_paddle8195_ctest_prefix_driver_insufficient", "srun_label"):
-        "ctest's own '91: ' label under srun's '0: ': one numeric label is peeled, the second hides the NCCL prefix",
     **{("public5_vllm6042_watchdog_allreduce_worker_abort", t):
        "a log viewer's '  | ' table gutter is undone only as the outermost layer of a paste: under another "
        "prefix (or between noise lines) it stays, and the watchdog lines are not read"
@@ -349,17 +347,6 @@ CAUSE_MISSES: dict[tuple[str, str], str] = {
        "the paste is hard-wrapped at 116 columns with blank padding: a prefix, CRLF or interleaved noise changes "
        "the line widths the re-join keys on, so the heartbeat message stays in pieces"
        for t in ("tee_prefix", "srun_label", "k8s_timestamps", "crlf", "noise")},
-    **{("public6_py4cast116_lightning_allgather_timeout_hardwrapped", t):
-       "as public5_vlmr1257: hard-wrapped at 204 columns, seen on two lines only; a prefix, CRLF or interleaved noise "
-       "changes the widths the re-join keys on, so 'Work' / 'NCCL(SeqNum=...' stay apart"
-       for t in ("tee_prefix", "srun_label", "k8s_timestamps", "crlf", "noise")},
-    **{("public6_litdata340_cloudwatch_gutter_checktimeout_frames", t):
-       "as public5_vllm6042: the CloudWatch '  | <time> | ' gutter is undone only as the outermost prefix; under an "
-       "srun label or a kubectl time it stays, and the checkTimeout line is not read"
-       for t in ("srun_label", "k8s_timestamps")},
-    **{(c, "srun_label"): "a gdb frame line ('#0  0x... in f (...) at init.cu:100') is no payload the srun-label "
-                          "peel knows, so '0: #0 ...' keeps its label and the frame is not read"
-       for c in ("public6_mxnet9004_gdb_segv_commfree_ncclcomminitall", "public6_nccl785_nsys_gdb_segv_ncclibinit")},
 }
 
 TRANSFORMS: dict[str, Callable[[Files], Files]] = {
