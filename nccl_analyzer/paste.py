@@ -462,7 +462,7 @@ def _wrap_width(lines: list[str]) -> int:
     if width < 60:
         return 0
     hits = lengths.count(width) - (lengths[-1] == width)
-    if hits < (1 if width in _WIDTHS else 3):
+    if hits < (1 if width in _WIDTHS else 2):
         return 0
     at: list[int] = []
     i = -1
@@ -473,7 +473,10 @@ def _wrap_width(lines: list[str]) -> int:
             break
         at.append(i)
     cont = sum(1 for i in at if _continuation(lines[i], lines[i + 1]) is not None)
-    # at a usual terminal width one wrapped line is enough; at another width, most of several
+    # at a usual terminal width one wrapped line is enough; at another width two that both continue (a short
+    # paste from a wide terminal, py4cast#116: 204 columns), or most of several
+    if hits < 3 and width not in _WIDTHS:
+        return width if cont == len(at) else 0
     return width if (cont * 2 >= len(at) if hits < 3 else cont * 2 > len(at)) else 0
 
 

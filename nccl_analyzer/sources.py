@@ -35,6 +35,9 @@ _CTRL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 #   [trainer0|0]:                     launchers that add a replica index to the role tag (nccl#1837)
 #   [155] / [80746]                   a bare number: mpirun/launcher process tags, log viewers' line numbers
 #                                     (nccl#302, LlamaFactory#7396); dropped, never read as a rank
+#   "  | 2024-08-23T22:22:51.875Z | "  a log viewer's table copied as text (AWS CloudWatch console: "| timestamp |
+#                                     message" rows), outside everything else (litData#340, aws-ofi-nccl#715)
+_VIEWER_TS = re.compile(r"[ \t]*\|[ \t]*(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d))[ \t]*\| ?")
 _CONTAINER_TS = re.compile(r"(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d| ?UTC)?) ")
 # What a Python logger writes between its time stamp and the message: loguru's default "| ERROR    | mod:func:52 - "
 # and logging's "%(asctime)s - %(name)s - %(levelname)s - " (the message is the program's own text).
@@ -438,6 +441,11 @@ def clean_text(s: str, src: Source, lineno: int, truncated: bool = False) -> Lin
     rank = src.rank
     local_rank = src.local_rank
     time = None
+    if s[:1] in " \t|" and "| " in s[:48]:
+        m = _VIEWER_TS.match(s)
+        if m:
+            time = m.group(1)
+            s = s[m.end():]
     if "/" in s[:48] and s[:1].isalpha():
         s, local_rank = _strip_torchx(s, local_rank)
     if s and s[0] in _PREFIX_START:

@@ -59,8 +59,11 @@ def _prose(before: str) -> bool:
 # failed", nccl-tests#15), and users often paste a WARN without its prefix ("include/socket.h:344 WARN Socket
 # creation failed ...", nccl#210). Both need a source file with a C/C++/CUDA extension (or the full
 # host:pid:tid [dev] head) so that ordinary "WARN" words in other logs are not taken.
+# A head that was cut or anonymised in the paste ("*server name* [0] include/socket.h:185 WARN ...", nccl#111)
+# keeps its "[dev] " only when a source file:line follows (the lookahead), like _CUT_HEAD_RE for "NCCL WARN".
 _LEGACY_RE = re.compile(
-    r"(?:(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] )?"
+    r"(?:(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
+    r"|[^\[\]]{0,80}?\[(?P<cdev>\d+)\] (?=[\w./-]+\.(?:cc|cu|h|hpp|cpp|c):\d+ ))?"
     r"(?:(?P<file>[\w./-]+\.(?:cc|cu|h|hpp|cpp|c)):(?P<line>\d+) )?(?P<level>INFO|WARN) (?P<body>.*)$")
 # aws-ofi-nccl's test programs (tests/functional/*: nccl_message_transfer, ring, ...) pass their own logger to
 # the plugin, which prints "WARN: Function: <func> Line: <n>: <msg>" (and INFO/TRACE alike) with no NCCL prefix:
@@ -1156,7 +1159,8 @@ class NcclParser:
         fields["prefix"] = "legacy" if m["host"] else "none"
         return Event(kind=kind, path=line.path, line=line.lineno, text=line.raw, host=m["host"],
                      pid=int(m["pid"]) if m["pid"] else None, tid=int(m["tid"]) if m["tid"] else None,
-                     rank=line.rank if rank is None else rank, cuda_dev=int(m["dev"]) if m["dev"] else None,
+                     rank=line.rank if rank is None else rank,
+                     cuda_dev=int(m["dev"] or m["cdev"]) if (m["dev"] or m["cdev"]) else None,
                      time=line.time, fields=fields)
 
     def _ofi_test(self, line: Line) -> Event | None:
