@@ -62,6 +62,7 @@ class Analyzer:
             k for k, _ in triage.INERT_SHAPES if k not in self._inert and JobBuilder.stage_only(k)
             and not self.matcher.reads(k) and not self.ledger.reads(k)))
         self._counted = 0  # lines the fast path accounted for without the full path (triage.py)
+        self._packed: Any = None  # the event being added, as it came packed (_add_as)
 
     # -- input ----------------------------------------------------------------------------------------------
     def add_sources(self, sources: list[Source]) -> None:
@@ -79,11 +80,10 @@ class Analyzer:
             self.add_event(ev)
         return events
 
-    def add_event(self, ev: Event, packed: Any = None) -> None:
-        """Fold an already-parsed event (e.g. from an events export) into the job model and matcher.
-        ``packed``: the same event packed (packed.py), when it came so; the matcher may hold that one."""
+    def add_event(self, ev: Event) -> None:
+        """Fold an already-parsed event (e.g. from an events export) into the job model and matcher."""
         self.builder.add(ev)
-        self.matcher.add(ev, packed)
+        self.matcher.add(ev, self._packed)
         self.ledger.add(ev)
         self._jobs.observe(ev)
         self._events_by_path[ev.path] = self._events_by_path.get(ev.path, 0) + 1
@@ -94,6 +94,16 @@ class Analyzer:
         if len(self._sample) < SAMPLE_CAP and not ev.kind.startswith(_QUIET_KINDS) and ev.kind not in self._inert \
                 and ev.kind not in self._stage_only:
             self._sample.append(ev)
+
+    def _add_as(self, ev: Event, packed: Any) -> None:
+        """``add_event(ev)``, where ``packed`` is the same event as it came (packed.py; or ``ev`` itself, or None):
+        the matcher may hold that one instead of packing ``ev`` again. (An attribute, not an argument: subclasses
+        override ``add_event(ev)``.)"""
+        self._packed = packed if packed is not ev else None
+        try:
+            self.add_event(ev)
+        finally:
+            self._packed = None
 
     def run_source(self, src: Source, progress: Any = None, done_before: int = 0) -> None:
         """Read a whole source (streaming) and close its parser state.
@@ -151,7 +161,7 @@ class Analyzer:
                     numbers = ev.fields.get("line_numbers")
                     if numbers:
                         ev.fields["line_numbers"] = [n + base for n in numbers]
-                self.add_event(ev, packed if packed is not ev else None)
+                self._add_as(ev, packed)
             offsets[path] = base + res.lines
             self._lines[path] = offsets[path]
             self._extra["text"] += res.text
@@ -184,7 +194,7 @@ class Analyzer:
             if path is None or p == path:
                 for packed in stream.drain():
                     ev = unpack(packed)
-                    self.add_event(ev, packed if packed is not ev else None)
+                    self._add_as(ev, packed)
                     if keep:
                         out.append(ev)
         return out
