@@ -198,3 +198,13 @@ def test_story_names_three_hosts_without_a_more_hosts_tail():
     rc = analyze_text(log, name="job.log").root_cause
     assert rc.ranks == (0, 1, 2)
     assert "The failure started on ranks 0-2 (gpu-a, gpu-b, gpu-c)." in rc.explanation, rc.explanation
+
+
+def test_story_lists_every_kind_of_consequence():
+    # fixtures/cases/syn_oom_rank3_watchdog_cascade: rank 3 runs out of memory; ranks 0-2 time out, abort their
+    # process group and are reported by torchrun (watchdog_timeout and peer_exit)
+    from nccl_analyzer.analysis import analyze
+
+    rc = analyze([str(ROOT / "fixtures" / "cases" / "syn_oom_rank3_watchdog_cascade")]).root_cause
+    assert " Ranks 0-2 then failed as a consequence (peer_exit, watchdog_timeout); those are cascade, not causes." \
+        in rc.explanation, rc.explanation
