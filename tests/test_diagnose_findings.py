@@ -189,3 +189,22 @@ def test_lost_peer_seen_only_by_its_victim_blames_no_rank():
     assert rc.rule == "nccl-remote-peer-closed" and rc.ranks == () and rc.gpus == ()
     assert d.job.ranks[0].role == "victim"
     assert "The failure started on" not in rc.explanation
+
+
+def test_story_names_three_hosts_without_a_more_hosts_tail():
+    # ranks 0-2 run out of memory, one per host, and rank 3 times out
+    hosts = ["gpu-a", "gpu-b", "gpu-c", "gpu-d"]
+    log = "".join(_init(r, host=hosts[r]) for r in range(4)) + _oom(0) + _oom(1) + _oom(2) + _watchdog(3)
+    rc = analyze_text(log, name="job.log").root_cause
+    assert rc.ranks == (0, 1, 2)
+    assert "The failure started on ranks 0-2 (gpu-a, gpu-b, gpu-c)." in rc.explanation, rc.explanation
+
+
+def test_story_lists_every_kind_of_consequence():
+    # fixtures/cases/syn_oom_rank3_watchdog_cascade: rank 3 runs out of memory; ranks 0-2 time out, abort their
+    # process group and are reported by torchrun (watchdog_timeout and peer_exit)
+    from nccl_analyzer.analysis import analyze
+
+    rc = analyze([str(ROOT / "fixtures" / "cases" / "syn_oom_rank3_watchdog_cascade")]).root_cause
+    assert " Ranks 0-2 then failed as a consequence (peer_exit, watchdog_timeout); those are cascade, not causes." \
+        in rc.explanation, rc.explanation

@@ -649,3 +649,11 @@ def test_a_read_error_mid_file_keeps_what_was_read_and_says_so(tmp_path):
     got = list(read_text_lines(io.BufferedReader(FailingDisk()), src, sniff=False))
     assert got and got[0] == (data.split(b"\n")[0].decode(), False)
     assert src.warnings == ["read error after 1234 lines: [Errno 5] Input/output error; analyzed what was readable"]
+
+
+def test_srun_label_on_blank_and_short_lines():
+    # srun --label prefixes every line of task 3, blank and short ones too ("3: ", "3: ok")
+    src = Source(path="t.log", real=None)
+    first = _clean(b"3: " + NCCL_LINE, src)
+    assert (first.rank, first.text) == (3, NCCL_LINE.decode()) and src.srun
+    assert [(ln.rank, ln.text) for ln in (_clean(b"3: ", src), _clean(b"3: ok", src))] == [(3, ""), (3, "ok")]
