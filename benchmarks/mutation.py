@@ -54,6 +54,9 @@ TESTS = (
     "tests/test_culprit_ranks.py",
     "tests/test_eval.py",
     "tests/test_hang_stage.py",
+    "tests/test_job_subgroup_first.py",
+    "tests/test_multi_gpu_process.py",
+    "tests/test_desync_report.py",
 )
 
 #: Tests in those files that cost seconds each and kill nothing the others do not (30k-line noise, the corpus

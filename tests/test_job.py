@@ -323,3 +323,22 @@ def test_communicator_of_processes_torchrun_does_not_name_is_not_this_jobs_world
     job = _builder(other + own + failed).build()
     assert job.world_size == 2
     assert job.extra["foreign_communicators"] == ["0xfff"]
+
+
+def test_torchrun_report_does_not_replace_a_host_the_nccl_lines_named():
+    # ChildFailedError says "host : localhost" (torchrun's own name for the node); the rank's NCCL lines named the
+    # real host (nodeA), which is what the verdict must show.
+    job = _builder(TWO_HOSTS).build()
+    assert (job.ranks[0].host, job.ranks[0].pid, job.ranks[0].exit_code) == ("nodeA", 101, -6)
+
+
+def test_torch_version_read_from_a_log_line():
+    b = _builder("I1201 10:00:00.000000 123 torch/distributed/run.py:900] Using torch version: 2.5.1+cu124\n")
+    assert b.job.torch_version == "2.5.1+cu124"
+
+
+def test_environment_echoes_are_capped():
+    # a log that echoes thousands of variables keeps the first 512 (bounded memory), not one more
+    env = "".join(f"vm:1:1 [0] NCCL INFO NCCL_VAR{i} set by environment to {i}\n" for i in range(600))
+    job = _builder(env).build()
+    assert len(job.env) == 512 and job.env["NCCL_VAR0"] == "0" and "NCCL_VAR512" not in job.env
