@@ -44,8 +44,25 @@ class Line:
     truncated: bool = False
 
 
+class EventAccess:
+    """What an ``Event`` and a packed one (packed.PackedEvent) read the same way: ``loc`` and ``get``."""
+
+    __slots__ = ()
+
+    @property
+    def loc(self) -> Loc:
+        return Loc(self.path, self.line)  # type: ignore[attr-defined]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """A field by name; the common attributes (host, pid, rank, ...) are fields too."""
+        if name in _EVENT_ATTRS:
+            value = getattr(self, name)
+            return default if value is None else value
+        return self.fields.get(name, default)  # type: ignore[attr-defined]
+
+
 @dataclass(slots=True)
-class Event:
+class Event(EventAccess):
     """One typed fact read from the log.
 
     ``kind`` is a dotted name (``nccl.init.start``, ``nccl.warn.socket``, ``torch.watchdog.timeout``,
@@ -67,17 +84,6 @@ class Event:
     time: str | None = None
     fields: dict[str, Any] = field(default_factory=dict)
     end_line: int | None = None
-
-    @property
-    def loc(self) -> Loc:
-        return Loc(self.path, self.line)
-
-    def get(self, name: str, default: Any = None) -> Any:
-        """A field by name; the common attributes (host, pid, rank, ...) are fields too."""
-        if name in _EVENT_ATTRS:
-            value = getattr(self, name)
-            return default if value is None else value
-        return self.fields.get(name, default)
 
     def to_dict(self) -> dict[str, Any]:
         """Flat JSON-ready dict (CONTRACT.md: kind, path, line, host, pid, tid, rank, cuda_dev, time)."""

@@ -18,7 +18,7 @@ import pickle
 import zlib
 from typing import Any
 
-from .model import Event, Loc, _EVENT_ATTRS
+from .model import Event, EventAccess
 
 #: Pickles longer than this are compressed (zlib level 1: about 20 µs for the 0.8 KiB of an average event, which
 #: shrinks to 0.35 KiB; a short pickle is kept as it is).
@@ -31,7 +31,7 @@ HOLD_PACK = 256
 FULL_KEEP = 64
 
 
-class PackedEvent:
+class PackedEvent(EventAccess):
     """An ``Event`` whose ``fields`` are stored compressed (read-only: the matcher never changes an event)."""
 
     __slots__ = ("kind", "path", "line", "text", "host", "pid", "tid", "rank", "cuda_dev", "time", "end_line",
@@ -47,17 +47,6 @@ class PackedEvent:
     def fields(self) -> dict[str, Any]:
         b = self._blob
         return pickle.loads(b if b[0] == _PICKLED else zlib.decompress(b))
-
-    @property
-    def loc(self) -> Loc:
-        return Loc(self.path, self.line)
-
-    def get(self, name: str, default: Any = None) -> Any:
-        """As ``Event.get``."""
-        if name in _EVENT_ATTRS:
-            value = getattr(self, name)
-            return default if value is None else value
-        return self.fields.get(name, default)
 
     def unpacked(self) -> Event:
         """The event as an ``Event`` again (a new object, equal to the one packed)."""
