@@ -446,7 +446,9 @@ def clean_text(s: str, src: Source, lineno: int, truncated: bool = False) -> Lin
         if m:
             time = m.group(1)
             s = s[m.end():]
-    if "/" in s[:48] and s[:1].isalpha():
+    i = s.find("/", 1, 48)
+    if i > 0 and s[:1].isalpha() and s[i + 1:i + 2].isdigit() and " " not in s[:i] and ":" not in s[:i]:
+        # only what _TORCHX can match ("role/N [...]:", the role one word): not NCCL's "host:pid:tid ... 00/64"
         s, local_rank = _strip_torchx(s, local_rank)
     if s and s[0] in _PREFIX_START:
         # Cheap character tests first: most lines have no wrapper prefix, and a regex call costs ~0.3 us.
