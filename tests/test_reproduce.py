@@ -268,12 +268,13 @@ def test_recorded_runs_are_still_recognized(case):
 
 
 H200_REPORTS = sorted(str(p.relative_to(RECORDED / "h200")) for p in (RECORDED / "h200").glob("*/report.json"))
-H200_REPORTS += sorted(str(p.relative_to(RECORDED / "h200")) for p in (RECORDED / "h200" / "cli").glob("*.json"))
+H200_REPORTS += sorted(str(p.relative_to(RECORDED / "h200")) for p in (RECORDED / "h200").glob("cli*/*.json"))
+H200_REPORTS += sorted(str(p.relative_to(RECORDED / "h200")) for p in (RECORDED / "h200").glob("recheck-*/*.json"))
 
 
 @pytest.mark.parametrize("case", H200_REPORTS)
 def test_recorded_h200_runs(case):
-    """GPU runs recorded on an H200 (fixtures/reproduce/h200/, cli/ from the CLI itself): confirmed and fixed."""
+    """GPU runs recorded on an H200 (fixtures/reproduce/h200/; cli/ and recheck-*/ from the CLI itself): confirmed and fixed."""
     report = json.loads((RECORDED / "h200" / case).read_text())
     rep = report["reproduction"]
     assert rep["outcome"] == CONFIRMED and rep["got"] == report["root_cause"]["id"], rep["reason"]
