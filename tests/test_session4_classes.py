@@ -169,3 +169,24 @@ def test_an_inferred_root_is_never_a_teardown_line_when_another_line_is_there():
            "slurmstepd: error: *** STEP 4412.0 ON gpu7 CANCELLED AT 2026-01-01T00:00:00 ***\n")
     d, got = _root(log)
     assert d.root_cause is not None and "SIGTERM" not in d.root_cause.title, render_text(d, verbose=True)
+
+
+# -- the culprit and the error line -------------------------------------------------------------------------------
+def test_a_per_rank_root_hit_on_several_ranks_names_them_all_in_the_title():
+    log = "".join(f"[rank{r}]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU {r} has a "
+                  f"total capacity of 79.10 GiB of which 1.20 GiB is free.\n" for r in (1, 3))
+    d, got = _root(log)
+    assert got == "cuda_oom" and d.root_cause.ranks == (1, 3)
+    assert d.root_cause.title.endswith("on ranks 1, 3"), d.root_cause.title
+
+
+def test_an_nccl_error_line_beats_an_absence_of_progress_inference():
+    init = "".join(f"gpu1:310{r}:310{r} [{r}] NCCL INFO comm 0x55d0c{r}e0 rank {r} nranks 4 cudaDev {r} nvmlDev {r} "
+                   f"busId {r + 1}a000 commId 0x7e11c0d2a4b3f001 - Init {s}\n" for s in ("START", "COMPLETE")
+                   for r in range(4))
+    log = (init + "RuntimeError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1275, "
+           "unhandled system error, NCCL version 2.18.1\n"
+           + "".join(f"W1201 11:28:45.428000 9217 torch/distributed/elastic/multiprocessing/api.py:1028] Sending "
+                     f"process 310{r} closing signal SIGTERM\n" for r in (1, 2, 3)))
+    d, got = _root(log)
+    assert d.root_cause.rule == "torch-nccl-system-error", render_text(d, verbose=True)
