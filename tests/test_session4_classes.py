@@ -190,3 +190,49 @@ def test_an_nccl_error_line_beats_an_absence_of_progress_inference():
                      f"process 310{r} closing signal SIGTERM\n" for r in (1, 2, 3)))
     d, got = _root(log)
     assert d.root_cause.rule == "torch-nccl-system-error", render_text(d, verbose=True)
+
+
+# -- nccl-tests' own output -----------------------------------------------------------------------------------------
+_DEVICES = "".join(f"#  Rank {r:2d} Group  0 Pid  40211 on     node07 device {r:2d} [0000:{26 + r:02x}:00] NVIDIA RTX A6000\n"
+                   for r in range(4))
+_HEADER = ("#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw "
+           "#wrong\n#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)"
+           "  (GB/s)\n")
+
+
+@pytest.mark.parametrize("text,kind", [
+    ("#  Rank  3 Group  0 Pid  40211 on     node07 device  3 [0000:3e:00] NVIDIA RTX A6000", "nccltests.rank"),
+    ("#   Rank  0 Pid  15833 on jupyter-vm device  0 [0x02] GeForce GTX 1080 Ti", "nccltests.rank"),
+    ("   Rank  5 uses device  5 [0x89] Tesla M40 24GB", "nccltests.rank"),
+    ("#       size         count      type   redop    root     time   algbw   busbw #wrong", "nccltests.header"),
+    ("     bytes             N    type      op     time  algbw  busbw      res", "nccltests.header"),
+    ("           8             2     float     sum      -1    18.52    0.00    0.00      0    18.11    0.00    0.00      0",
+     "nccltests.result"),
+    ("     1048576        262144     float    none      -1    52.10   20.13   15.10    N/A    51.80   20.24   15.18    N/A",
+     "nccltests.result"),
+    ("# Avg bus bandwidth    : 10.5231", "nccltests.summary"),
+    ("epoch 3 step 12 loss 2.25", None),
+])
+def test_nccl_tests_lines_are_typed(text, kind):
+    from nccl_analyzer.classify import EventStream
+    from nccl_analyzer.model import Line
+    evs = EventStream(keep_text=True).feed(Line("x.log", 1, text, text, None, None, None, False))
+    assert [e.kind for e in evs] == ([kind] if kind else ["text"])
+
+
+def test_nccl_tests_header_and_no_row_on_one_node_is_a_first_collective_hang():
+    d, got = _root("# nThread 1 nGpus 4 minBytes 8 maxBytes 134217728 step: 2(factor) warmup iters: 5 iters: 20\n#\n"
+                   "# Using devices\n" + _DEVICES + "#\n" + _HEADER)
+    assert got == "p2p_ipc" and d.root_cause.rule == "hang-nccltests-no-result", render_text(d, verbose=True)
+    assert "absence of progress" in d.root_cause.explanation
+
+
+@pytest.mark.parametrize("tail", [
+    "           8             2     float     sum      -1    18.52    0.00    0.00      0    18.11    0.00    0.00      0\n"
+    "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 0.0012\n",
+    "",  # (no header: an excerpt of the set-up only)
+])
+def test_nccl_tests_that_printed_rows_or_no_header_are_no_hang(tail):
+    log = "# Using devices\n" + _DEVICES + (_HEADER if tail else "") + tail
+    d, got = _root(log)
+    assert got is None, render_text(d, verbose=True)

@@ -411,6 +411,19 @@ def _sizes_differ(ctx: PredContext) -> PredResult | None:
 
 
 @predicate
+def nccltests_one_node(ctx: PredContext) -> PredResult | None:
+    """Every rank of nccl-tests' device list is on one host (or, in the NCCL 1.x tests' list, which names no host,
+    in one process): the GPUs talk over the node's own data paths (P2P / SHM over PCIe or NVLink), no network."""
+    ranks = [e for e in ctx.events if e.kind == "nccltests.rank"]
+    if not ranks or len({e.host for e in ranks}) > 1:
+        return None
+    gpus = sorted({str(e.get("gpu") or "").strip() for e in ranks} - {""})
+    bound = {"n_gpus": len({e.get("rank") for e in ranks}), "gpu_models": ", ".join(gpus[:3]) or "GPUs"}
+    head = [e for e in ctx.events if e.kind == "nccltests.header"]
+    return PredResult(bound=bound, evidence=head[:1] + ranks[:3])
+
+
+@predicate
 def lowest_seqnum_rank(ctx: PredContext) -> PredResult | None:
     """The rank(s) whose last collective is furthest behind (watchdog SeqNum / last completed work)."""
     b = ctx.builder
