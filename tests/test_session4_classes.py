@@ -236,3 +236,13 @@ def test_nccl_tests_that_printed_rows_or_no_header_are_no_hang(tail):
     log = "# Using devices\n" + _DEVICES + (_HEADER if tail else "") + tail
     d, got = _root(log)
     assert got is None, render_text(d, verbose=True)
+
+
+def test_a_runtime_call_the_driver_lacks_is_a_version_mismatch():
+    # cudaErrorCallRequiresNewerDriver (36): NCCL built with a newer CUDA than the installed driver; the WARNs after
+    # it (an invalid root range, an invalid device ordinal) are its consequences
+    log = ("\n[1,1]<stdout>:gpu-a:881:902 [1] enqueue.cc:811 NCCL WARN Cuda failure 'API call is not supported in the "
+           "installed CUDA driver'\n"
+           "[1,1]<stdout>:gpu-a:881:902 [1] init.cc:901 NCCL WARN Cuda failure 'invalid device ordinal'\n")
+    d, got = _root(log)
+    assert got == "version_mismatch", render_text(d, verbose=True)
