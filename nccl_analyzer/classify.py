@@ -10,8 +10,12 @@ from .packed import HOLD_PACK, PackedEvent, pack, unpack
 from .parse.crash import CrashParser
 from .parse.errtext import ErrorTextParser
 from .parse.nccl import NcclParser
+from .parse.nccltests import NcclTestsParser
 from .parse.torch import TorchParser
 
+
+#: nccl-tests events that are also the program's own output (the hang rules read it as progress).
+_TESTS_OUTPUT = frozenset(("nccltests.result", "nccltests.summary"))
 
 #: Program-output line numbers remembered per stream (the hang rules look for output between a stage and the end).
 TEXT_TAIL = 64
@@ -32,7 +36,7 @@ class EventStream:
             events (see ``NcclParser``).
     """
 
-    __slots__ = ("_nccl", "_torch", "_crash", "_errtext", "keep_text", "counts", "_held", "_seq", "text_tail",
+    __slots__ = ("_nccl", "_torch", "_crash", "_errtext", "_tests", "keep_text", "counts", "_held", "_seq", "text_tail",
                  "_ctx", "ctx_tail")
 
     def __init__(self, keep_text: bool = False, compact: bool = False):
@@ -40,6 +44,7 @@ class EventStream:
         self._torch = TorchParser()
         self._crash = CrashParser()
         self._errtext = ErrorTextParser()  # error lines no grammar owns (launchers, MPI, bindings): messages/text.toml
+        self._tests = NcclTestsParser()  # nccl-tests' device list, result table and summary
         # line numbers of the last non-blank lines no parser took (the program's own output: progress)
         self.text_tail: deque[int] = deque(maxlen=TEXT_TAIL)
         # the same lines by the process whose NCCL line came last before them (None: a torch line or none came
@@ -76,6 +81,10 @@ class EventStream:
                 events = self._crash.feed(line)
                 if events is None:
                     events = self._errtext.feed(line)
+                    if events is None:
+                        events = self._tests.feed(line)
+                        if events and events[0].kind in _TESTS_OUTPUT:
+                            self._tail(line.lineno)  # a result row is the program's output (progress), as before
             elif self._crash.pending_line is not None:
                 events = self._crash.close() + events  # another parser took the line: the crash report ended
         elif self._crash.pending_line is not None:
@@ -83,12 +92,7 @@ class EventStream:
         if events is None:
                 self.counts["text"] += 1
                 if line.text and not line.text.isspace():
-                    self.text_tail.append(line.lineno)
-                    tail = self.ctx_tail.get(self._ctx)
-                    if tail is None and len(self.ctx_tail) < 4096:
-                        tail = self.ctx_tail[self._ctx] = deque(maxlen=TEXT_TAIL)
-                    if tail is not None:
-                        tail.append(line.lineno)
+                    self._tail(line.lineno)
                 if not self.keep_text:
                     return self._release() if self._held else []
                 events = [Event("text", line.path, line.lineno, line.raw, rank=line.rank, time=line.time)]
@@ -104,6 +108,14 @@ class EventStream:
             # a long wait (an open block near the start of a big log): the later events wait packed (packed.py)
             heapq.heappush(held, (ev.line, self._seq, ev if len(held) < HOLD_PACK else pack(ev)))
         return self._release()
+
+    def _tail(self, lineno: int) -> None:
+        self.text_tail.append(lineno)
+        tail = self.ctx_tail.get(self._ctx)
+        if tail is None and len(self.ctx_tail) < 4096:
+            tail = self.ctx_tail[self._ctx] = deque(maxlen=TEXT_TAIL)
+        if tail is not None:
+            tail.append(lineno)
 
     def _pending(self) -> int | None:
         a = self._nccl.pending_line

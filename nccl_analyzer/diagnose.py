@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from .engine.run import EVIDENCE_CAP, Hit, make_fix, render_template, render_title
 from .model import Evidence, Finding, RootCause
+from .ranks import rank_ranges
 
 if TYPE_CHECKING:  # pragma: no cover
     from .job import JobBuilder
@@ -175,7 +176,12 @@ def diagnose(hits: list[Hit], builder: "JobBuilder") -> Verdict:
                         + (f" (busId {info.bus_id})" if info.bus_id else ""))
     explanation = render_template(best.rule.description, bound) or best.rule.description
     explanation += _story(best, ranks, explained, builder)
-    title = render_title(best.rule.title, bound)
+    tmpl, title_bound = best.rule.title, bound
+    if len(ranks) > 1 and "rank {rank}" in tmpl and str(bound.get("rank")) in {str(r) for r in ranks}:
+        # a per-rank rule (group_by rank) that several ranks hit: the title names them all, not the first one
+        tmpl = tmpl.replace("rank {rank}", "ranks {rank}")
+        title_bound = {**bound, "rank": rank_ranges(tuple(sorted(ranks)), ", ")}
+    title = render_title(tmpl, title_bound)
     root = RootCause(id=best.rule.taxonomy, title=title, confidence=conf, ranks=tuple(sorted(ranks)),
                      hosts=tuple(sorted(hosts)), evidence=_merge_evidence(best.evidence, same_tax),
                      explanation=explanation, fix=make_fix(best.rule, bound, job.torch_version), rule=best.rule.id, gpus=tuple(gpus))

@@ -29,6 +29,7 @@ INFERRED_CONFIDENCE_VAGUE = 0.3
 _VAGUE = frozenset({"other", "peer_exit", "watchdog_timeout"})
 _NUM = re.compile(r"0x[0-9a-fA-F]+|\d+")
 _PY = ("python.traceback", "python.exception")
+_TRACE = "nccl.error.trace"
 
 
 @dataclass(slots=True)
@@ -45,6 +46,7 @@ class _Err:
     body: str
     exc_type: str = ""
     host: str | None = None
+    pid: int | None = None
     settled: str | None = None  # the dismissal reason once decided
     uncaught: bool = False  # printed by torch's excepthook: it ended the process
     handled: bool = False  # a whole traceback printed by the program's own handler (events.toml [caught] entry)
@@ -65,9 +67,12 @@ class ErrorLedger:
         self.seen = 0
         # (path, rank) -> last line of a progress event of that rank; (path, None) -> of a process group created
         # (torch.pg.init, the same process's next step after connecting to the store)
-        self.progress: dict[tuple[str, int | None], int] = {}
+        self.progress: dict[tuple[str, Any], int] = {}
         # path -> the processes (host, pid) whose progress events it holds (at most 2 kept: "one" or "several")
         self.progress_procs: dict[str, set[tuple[str | None, int | None]]] = {}
+        # (path, host, pid) -> that process's last NCCL WARN: the "file:line -> N" traces after it are that failure
+        # on its way up NCCL's call stack (NCCLCHECK), not a failure of their own
+        self._last_warn: dict[tuple[str, str | None, int | None], _Err] = {}
         self.fatal = False  # torchrun reports a worker that exited with a status > 0 (or unknown)
         self.torchrun = False  # torchrun reports any failed worker
 
@@ -81,6 +86,8 @@ class ErrorLedger:
         kind = ev.kind
         if kind in self.t.progress_kinds:
             keys = [(ev.path, ev.rank)] if ev.rank is not None else []
+            if ev.pid is not None:  # the same process (NCCL's INFO lines name no rank: host:pid does)
+                keys.append((ev.path, ("pid", ev.host, ev.pid)))
             if kind == "torch.pg.init":
                 keys.append((ev.path, None))
             for k in keys:
@@ -113,12 +120,19 @@ class ErrorLedger:
         entry, meaning = found
         meaning = self._refine(entry, meaning, ev)
         body = _body(ev)
-        self.errors.append(_Err(self.seen, ev.path, ev.line, ev.end_line or ev.line, kind, ev.text, ev.rank, meaning,
-                                f"{meaning.entry}|{_NUM.sub('#', body)[:300]}", body[:500],
-                                str(ev.fields.get("exc_type") or ""), ev.host,
-                                uncaught=self.t.caught_uncaught is not None and kind in self.t.caught_kinds
-                                and bool(self.t.caught_uncaught.search(ev.text)),
-                                handled=kind in self.t.caught_kinds and self._handled(ev)))
+        err = _Err(self.seen, ev.path, ev.line, ev.end_line or ev.line, kind, ev.text, ev.rank, meaning,
+                   f"{meaning.entry}|{_NUM.sub('#', body)[:300]}", body[:500],
+                   str(ev.fields.get("exc_type") or ""), ev.host, ev.pid,
+                   uncaught=self.t.caught_uncaught is not None and kind in self.t.caught_kinds
+                   and bool(self.t.caught_uncaught.search(ev.text)),
+                   handled=kind in self.t.caught_kinds and self._handled(ev))
+        if ev.pid is not None:
+            proc = (ev.path, ev.host, ev.pid)
+            if kind == _TRACE:
+                err.parent = self._last_warn.get(proc)
+            elif entry.subtable == "nccl" and len(self._last_warn) < self.cap:
+                self._last_warn[proc] = err
+        self.errors.append(err)
 
     def _handled(self, ev: Event) -> bool:
         """Whether a traceback was printed by the program's handler: whole, and its outermost frame is no entry."""
@@ -169,6 +183,8 @@ class ErrorLedger:
             anyone = self.progress.get((path, "any"), 0) if one else self.progress.get((path, None), 0)
             for e in errs:
                 got = self.progress.get((path, e.rank), 0) if e.rank is not None else anyone
+                if e.pid is not None:
+                    got = max(got, self.progress.get((path, ("pid", e.host, e.pid)), 0))
                 if e.meaning.harmless is not None:
                     e.settled = f"harmless: {e.meaning.harmless} ({e.meaning.entry})"
                 elif e.meaning.retry and got > e.end:
@@ -208,6 +224,9 @@ class ErrorLedger:
                 if e.parent is not None and e.parent.settled and e.parent.settled.startswith("a caught"):
                     e.settled = e.parent.settled
         self._settle_teardown()
+        for e in self.errors:  # an NCCL WARN's return-code traces share its fate (harmless, teardown, ...)
+            if e.kind == _TRACE and e.parent is not None and e.parent.settled and e.settled is None:
+                e.settled = e.parent.settled
 
     def _settle_teardown(self) -> None:
         """Lines that are only the consequence of a process ending (an NCCL proxy losing a local rank's connection)
@@ -215,7 +234,8 @@ class ErrorLedger:
         if self.fatal or self.torchrun or len(self.errors) >= self.cap:
             return
         left = [e for e in self.errors if e.settled is None and e.parent is None]
-        if not left or not all(e.meaning.teardown for e in left):
+        # (an NCCL return-code trace alone is no teardown: it needs a line that says what ended)
+        if not left or not all(e.meaning.teardown for e in left) or all(e.kind == _TRACE for e in left):
             return
         for e in left:
             e.settled = (f"teardown: {e.meaning.teardown}; no other line of the input reports a failure "
@@ -273,12 +293,21 @@ def account(ledger: ErrorLedger, verdict: "Verdict") -> tuple[RootCause | None, 
             continue
         if e.key in cited_keys or _is_cited(e, cited, lines_by_path):
             evidence_n += 1
+        elif e.kind == _TRACE and e.parent is not None and e.parent.settled is None:
+            continue  # decided with its WARN below
         else:
             loose.append(e)
+    for e in errs:  # the traces of a WARN that is evidence are evidence too
+        if e.kind == _TRACE and e.parent is not None and e.settled is None and e.parent.settled is None \
+                and (e.parent.key in cited_keys or _is_cited(e.parent, cited, lines_by_path)):
+            cited_keys.add(e.key)
+            evidence_n += 1
     root = verdict.root
     used: set[int] = set()
     if root is None and loose:
         root, used = _infer(loose)
+        traces = {e.seq for e in errs if e.kind == _TRACE and e.parent is not None and e.parent.seq in used}
+        used |= traces
         evidence_n += len(used)
     groups: dict[tuple[str, str], list[_Err]] = {}
     for e in errs:
@@ -313,7 +342,9 @@ def _is_cited(e: _Err, cited: set[tuple[str, int]], lines_by_path: dict[str, lis
 def _infer(loose: list[_Err]) -> tuple[RootCause, set[int]]:
     """A root cause from unaccounted error lines: the first line with a specific meaning (else the first line),
     with the other lines of the same meaning as further evidence."""
-    best = next((e for e in loose if e.meaning.id not in _VAGUE), loose[0])
+    # a teardown line (torchrun's SIGTERMs, a proxy losing its local rank) is a consequence: any other line first
+    cands = [e for e in loose if not e.meaning.teardown] or loose
+    best = next((e for e in cands if e.meaning.id not in _VAGUE), cands[0])
     tid = best.meaning.id or "other"
     every = [e for e in loose if e.meaning.id == tid]
     same = every[:QUOTE_CAP]

@@ -57,9 +57,16 @@ _SRUN = re.compile(r" {0,4}(\d{1,5}): ")
 #                                     Ray's log monitor: which actor/worker printed the line (no rank)
 #   [1,3]<stderr>:                    mpirun --tag-output ([jobid,rank]<stream>:); the rank is kept
 #   ERROR 04-07 00:57:46 ray_utils.py:45]   vLLM's per-line logger head (also "[file.py:45] ", v0.8+)
-_RAY = re.compile(r"\((?:[A-Za-z_][\w.:-]*(?: pid=\d+(?:, ip=[\w.:-]+)?)?|pid=\d+(?:, ip=[\w.:-]+)?)\) ?")
+#   (head, rank=0, pid=2514) / (worker1, rank=1, pid=2388, ip=10.0.0.2) / (task, pid=18593)
+#                                     SkyPilot's per-node tee of a task's output (a comma after the node name)
+_RAY = re.compile(r"\((?:[A-Za-z_][\w.:-]*(?:,? (?:rank=\d+, )?pid=\d+(?:, ip=[\w.:-]+)?)?|pid=\d+(?:, ip=[\w.:-]+)?)\) ?")
+#   " [36m(RayWorkerVllm pid=5085) [0m"  colour codes whose ESC byte the paste lost (GitHub drops it): Ray's
+#                                     log monitor colours its prefix, so what is left of the code goes with it
+_BARE_SGR = re.compile(r" ?\[\d{1,3}(?:;\d{1,3})*m")
+#   dinov2-giant.cn-d004 [stderr]     a benchmark runner's tag (milabench: "<bench>.<node> [stderr] <line>")
+_STREAM_TAG = re.compile(r"[\w.@:-]+ \[(?:stdout|stderr)\] ")
 _CLOCK = re.compile(r"\d\d:\d\d:\d\d(?:[.,]\d{1,6})? (?=\[(?:rank\d|[A-Za-z_]*\d+\]:|[FEWI]\d{4} ))")
-_TQDM_GLUED = re.compile(r"[^\[]*\d+/\d+ \[[^\]\[]*(?:s/it|it/s)[^\]\[]*\](?=\[(?:rank\d|[FEWI]\d{4} |[A-Za-z_]+\d+\]:))")
+_TQDM_GLUED = re.compile(r"[^\[]*\d+/\d+ \[[^\]\[]*(?:s/it|it/s)[^\]\[]*\](?=\[(?:rank\d|[FEWI]\d{4} |[FEWI] [\w.]+:\d+\]|[A-Za-z_]+\d+\]:))")
 _MPI_TAG = re.compile(r"\[\d+,(\d+)\]<(?:stdout|stderr|stddiag)>:")
 _VLLM_HEAD = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w.-]+:\d+\] ")
 # What follows "[3] " when it is the device of a cut NCCL head ("[3] NCCL INFO ...", "[3] init.cc:12 NCCL WARN"): the
@@ -431,6 +438,12 @@ def clean_text(s: str, src: Source, lineno: int, truncated: bool = False) -> Lin
     """Clean one decoded line (no newline) and split off wrapper prefixes."""
     s = printable(s)
     raw = s
+    if "[0m" in s:
+        s = _BARE_SGR.sub("", s)
+    if s.find(" [std", 0, 80) > 0:
+        m = _STREAM_TAG.match(s)
+        if m:
+            s = s[m.end():]
     if "it]" in s:
         s = _drop_glued_bar(s)
     if s[:1] == ">" and (s[1:2] == " " or len(s) == 1):
@@ -497,6 +510,8 @@ def clean_text(s: str, src: Source, lineno: int, truncated: bool = False) -> Lin
                 s = s[m.end():]
                 if s[:1] in _VLLM_START:
                     s, time = _strip_vllm_head(s, time)
+                elif "it]" in s:
+                    s = _drop_glued_bar(s)  # a progress bar the task wrote without its newline, behind the prefix
         if s.startswith("[") and s[1:2].isdigit():
             if "]<std" in s[:24]:
                 m = _MPI_TAG.match(s)

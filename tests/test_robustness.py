@@ -355,10 +355,6 @@ CAUSE_MISSES: dict[tuple[str, str], str] = {
     ("syn_nccltests_ends_in_channels", "srun_label"): "one process drives two GPUs: the banner's srun rank 0 is "
                                                       "kept apart from the process (mapped to rank 1 by its Trees "
                                                       "line) and looks stuck in bootstrap",
-    **{("public5_vllm6042_watchdog_allreduce_worker_abort", t):
-       "a log viewer's '  | ' table gutter is undone only as the outermost layer of a paste: under another "
-       "prefix (or between noise lines) it stays, and the watchdog lines are not read"
-       for t in ("tee_prefix", "srun_label", "k8s_timestamps", "noise")},
     **{("public5_vlmr1257_heartbeat_hardwrapped", t):
        "the paste is hard-wrapped at 116 columns with blank padding: a prefix, CRLF or interleaved noise changes "
        "the line widths the re-join keys on, so the heartbeat message stays in pieces"

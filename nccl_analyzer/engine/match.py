@@ -348,7 +348,7 @@ def ranks_in_different_collectives(ctx: PredContext) -> PredResult | None:
         return None
     norm = {r: _norm_op(o) for r, o in ops.items()}
     if len(set(norm.values())) < 2:
-        return None
+        return _sizes_differ(ctx)
     known_seqs = {seqs[r] for r in ops if seqs.get(r) is not None}
     if len(known_seqs) > 1:
         return None  # different ops at different SeqNums: ranks are at different points (lagging), not a mismatch
@@ -368,6 +368,59 @@ def ranks_in_different_collectives(ctx: PredContext) -> PredResult | None:
                               f"{_who(tuple(groups[0]))} called {ops[groups[0][0]]}")
     ev = [e for e in ctx.events if b.rank_of(e) in blamed] + [e for e in ctx.events if b.rank_of(e) not in blamed]
     return PredResult(bound=bound, ranks=blamed, evidence=ev[:4])
+
+
+#: Collectives whose input has the same element count on every rank (torch checks nothing across ranks; NCCL
+#: matches calls by order): all_to_all(_single) and send/recv take uneven sizes, so they are not compared.
+_SAME_SIZE_OPS = frozenset(("allreduce", "broadcast", "reduce", "allgather", "reducescatter", "coalesced"))
+
+
+def _sizes_differ(ctx: PredContext) -> PredResult | None:
+    """The watchdog of every rank shown stopped in the same op at the same SeqNum, but NumelIn differs: the ranks
+    are reducing different tensors at the same call index (the shape mismatch TORCH_DISTRIBUTED_DEBUG=DETAIL
+    reports as 'Detected mismatch between collectives ... Tensor Shapes'), e.g. gradient buckets that differ
+    because a layer (an unused MoE expert) took no part in the backward pass on some ranks."""
+    b = ctx.builder
+    sizes: dict[int, int] = {}
+    seqs, opnames = set(), set()
+    for r, c in b.collectives.items():
+        if c.get("source") != "torch.watchdog.timeout" or c.get("numel_in") is None or c.get("seq") is None:
+            continue
+        seqs.add(c["seq"])
+        opnames.add(_norm_op(c.get("op_type")))
+        sizes[r] = int(c["numel_in"])
+    if len(sizes) < 2 or len(seqs) != 1 or len(opnames) != 1 or not opnames <= _SAME_SIZE_OPS \
+            or len(set(sizes.values())) < 2:
+        return None
+    op = next(str(c["op_type"]) for r, c in b.collectives.items() if r in sizes)
+    by_size: dict[int, list[int]] = {}
+    for r in sorted(sizes):
+        by_size.setdefault(sizes[r], []).append(r)
+    groups = sorted(by_size.values(), key=lambda rs: (-len(rs), rs[0]))
+    desc = ", ".join(f"{_who(tuple(rs))}: {op} of {sizes[rs[0]]} elements" for rs in groups)
+    bound: dict[str, Any] = {"ops": desc}
+    blamed = tuple(sorted(sizes))
+    if len(groups[0]) > len(groups[1]):
+        blamed = tuple(sorted(r for rs in groups[1:] for r in rs))
+        bound["odd_who"] = _who(blamed)
+        bound["odd_story"] = (f"at SeqNum {next(iter(seqs))} {_who(blamed)} passed a tensor of "
+                              f"{', '.join(str(sizes[r]) for r in blamed)} elements while {_who(tuple(groups[0]))} "
+                              f"passed {sizes[groups[0][0]]}")
+    ev = [e for e in ctx.events if b.rank_of(e) in blamed] + [e for e in ctx.events if b.rank_of(e) not in blamed]
+    return PredResult(bound=bound, ranks=blamed, evidence=ev[:4])
+
+
+@predicate
+def nccltests_one_node(ctx: PredContext) -> PredResult | None:
+    """Every rank of nccl-tests' device list is on one host (or, in the NCCL 1.x tests' list, which names no host,
+    in one process): the GPUs talk over the node's own data paths (P2P / SHM over PCIe or NVLink), no network."""
+    ranks = [e for e in ctx.events if e.kind == "nccltests.rank"]
+    if not ranks or len({e.host for e in ranks}) > 1:
+        return None
+    gpus = sorted({str(e.get("gpu") or "").strip() for e in ranks} - {""})
+    bound = {"n_gpus": len({e.get("rank") for e in ranks}), "gpu_models": ", ".join(gpus[:3]) or "GPUs"}
+    head = [e for e in ctx.events if e.kind == "nccltests.header"]
+    return PredResult(bound=bound, evidence=head[:1] + ranks[:3])
 
 
 @predicate

@@ -564,7 +564,8 @@ class _Body(Transformer):
                                         "form": "worker_signal"}
 
     def death_signal(self, c):
-        name = _signame(str(c[0]))
+        # torch logs e.sigval with %s: "Signals.SIGTERM", or "15" where str() of an IntEnum is its value (3.11+)
+        name = _SIGNAME.get(int(c[0]), str(c[0])) if str(c[0]).isdigit() else _signame(str(c[0]))
         return "torch.elastic.signal", {"signal": name, "signum": _SIGNUM.get(name), "form": "agent_death_signal"}
 
     def got_signal(self, c):
