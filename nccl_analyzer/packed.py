@@ -9,10 +9,8 @@ Two holders keep many events that nothing reads again for a while:
   may still print a chained one) every later event waits there, 10,000 of them at 1,000 ranks. Past
   ``HOLD_PACK`` waiting events, the later ones wait packed and are unpacked when released.
 
-A ``PackedEvent`` keeps the attributes as they are (the host name shared: ``sys.intern``) and ``text`` and
-``fields`` pickled together (compressed with zlib when long: a block's first line is also ``fields["lines"][0]``
-and a message field repeats part of the line, which zlib stores once); ``text`` and ``fields`` read back equal
-to the originals, order included, every time they are read, so no result changes.
+A ``PackedEvent`` keeps the attributes as they are (the host name shared: ``sys.intern``) and ``fields`` pickled (compressed with zlib when long);
+``fields`` gives a dict equal to the original, order included, every time it is read, so no result changes.
 """
 from __future__ import annotations
 
@@ -35,13 +33,13 @@ FULL_KEEP = 64
 
 
 class PackedEvent(EventAccess):
-    """An ``Event`` whose ``text`` and ``fields`` are stored compressed (read-only: the matcher never changes an
-    event)."""
+    """An ``Event`` whose ``fields`` are stored compressed (read-only: the matcher never changes an event)."""
 
-    __slots__ = ("kind", "path", "line", "host", "pid", "tid", "rank", "cuda_dev", "time", "end_line", "_blob")
+    __slots__ = ("kind", "path", "line", "text", "host", "pid", "tid", "rank", "cuda_dev", "time", "end_line",
+                 "_blob")
 
     def __init__(self, ev: Event, blob: bytes):
-        self.kind, self.path, self.line = ev.kind, ev.path, ev.line
+        self.kind, self.path, self.line, self.text = ev.kind, ev.path, ev.line, ev.text
         host = ev.host
         # one string per host instead of one per event (every event of a process names the same host)
         self.host = sys.intern(host) if host.__class__ is str else host
@@ -49,23 +47,15 @@ class PackedEvent(EventAccess):
         self.cuda_dev, self.time, self.end_line = ev.cuda_dev, ev.time, ev.end_line
         self._blob = blob
 
-    def _load(self) -> tuple[str, dict[str, Any]]:
+    @property
+    def fields(self) -> dict[str, Any]:
         b = self._blob
         return pickle.loads(b if b[0] == _PICKLED else zlib.decompress(b))
 
-    @property
-    def text(self) -> str:
-        return self._load()[0]
-
-    @property
-    def fields(self) -> dict[str, Any]:
-        return self._load()[1]
-
     def unpacked(self) -> Event:
         """The event as an ``Event`` again (a new object, equal to the one packed)."""
-        text, fields = self._load()
-        return Event(kind=self.kind, path=self.path, line=self.line, text=text, host=self.host, pid=self.pid,
-                     tid=self.tid, rank=self.rank, cuda_dev=self.cuda_dev, time=self.time, fields=fields,
+        return Event(kind=self.kind, path=self.path, line=self.line, text=self.text, host=self.host, pid=self.pid,
+                     tid=self.tid, rank=self.rank, cuda_dev=self.cuda_dev, time=self.time, fields=self.fields,
                      end_line=self.end_line)
 
 
@@ -74,7 +64,7 @@ def pack(ev: Event) -> Event | PackedEvent:
     if not ev.fields:
         return ev
     try:
-        blob = pickle.dumps((ev.text, ev.fields), pickle.HIGHEST_PROTOCOL)
+        blob = pickle.dumps(ev.fields, pickle.HIGHEST_PROTOCOL)
     except (pickle.PicklingError, TypeError, AttributeError, RecursionError):
         return ev
     if len(blob) > ZIP_OVER:
