@@ -9,13 +9,12 @@ Two holders keep many events that nothing reads again for a while:
   may still print a chained one) every later event waits there, 10,000 of them at 1,000 ranks. Past
   ``HOLD_PACK`` waiting events, the later ones wait packed and are unpacked when released.
 
-A ``PackedEvent`` keeps the attributes as they are (the host name shared: ``sys.intern``) and ``fields`` pickled (compressed with zlib when long);
+A ``PackedEvent`` keeps the attributes as they are and ``fields`` pickled (compressed with zlib when long);
 ``fields`` gives a dict equal to the original, order included, every time it is read, so no result changes.
 """
 from __future__ import annotations
 
 import pickle
-import sys
 import zlib
 from typing import Any
 
@@ -40,10 +39,7 @@ class PackedEvent(EventAccess):
 
     def __init__(self, ev: Event, blob: bytes):
         self.kind, self.path, self.line, self.text = ev.kind, ev.path, ev.line, ev.text
-        host = ev.host
-        # one string per host instead of one per event (every event of a process names the same host)
-        self.host = sys.intern(host) if host.__class__ is str else host
-        self.pid, self.tid, self.rank = ev.pid, ev.tid, ev.rank
+        self.host, self.pid, self.tid, self.rank = ev.host, ev.pid, ev.tid, ev.rank
         self.cuda_dev, self.time, self.end_line = ev.cuda_dev, ev.time, ev.end_line
         self._blob = blob
 
