@@ -149,19 +149,15 @@ class Analyzer:
                                             self._stage_only):
             path = res.path
             base = offsets.get(path, 0)
-            events = res.events
-            for i, packed in enumerate(events):
-                ev = unpack(packed)  # the workers send their events packed; unpacked one at a time, as they go
-                events[i] = None  # type: ignore[call-overload]
+            for ev in parallel.unpack_batches(res.events):  # one batch of the range at a time, as they go
                 if base:
-                    packed = None  # its line numbers are the range's: the matcher packs the event again if it must
                     ev.line += base
                     if ev.end_line is not None:
                         ev.end_line += base
                     numbers = ev.fields.get("line_numbers")
                     if numbers:
                         ev.fields["line_numbers"] = [n + base for n in numbers]
-                self._add_as(ev, packed)
+                self.add_event(ev)
             offsets[path] = base + res.lines
             self._lines[path] = offsets[path]
             self._extra["text"] += res.text

@@ -14,6 +14,20 @@ _PID_CAP = 65536
 _COMM_CAP = 4096
 #: Larger "nranks" / rank numbers are not a job's (the largest runs have ~10^5 ranks): a mangled number.
 MAX_WORLD = 1 << 20
+#: A timeline entry's keys, in order (the builder holds an entry as a tuple of these values until ``build``).
+_TIMELINE_KEYS = ("kind", "path", "line", "time", "what")
+_LABELS: dict[str, str] = {}
+
+
+def _shared(label: str) -> str:
+    """One string object per distinct timeline label (bounded: past 4,096 labels a label is kept as it is)."""
+    got = _LABELS.get(label)
+    if got is None:
+        if len(_LABELS) >= 4096:
+            return label
+        got = _LABELS[label] = label
+    return got
+
 
 _VERSION_NUM = re.compile(r"(\d+\.\d+\.\d+)")
 _BANNER_VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+\S*)")
@@ -200,8 +214,9 @@ class JobBuilder:
         self.stages.add(ev, self)
 
     def _timeline(self, ev: Event, what: str | None = None) -> None:
-        entry = {"kind": ev.kind, "path": ev.path, "line": ev.line, "time": ev.time,
-                 "what": what or ev.kind}
+        # held as a tuple with the label shared (``_shared``) until ``build`` makes it the entry dict: a tuple is a
+        # third of a dict's size, and every rank's "transport P2P/IPC" is the same text
+        entry = (ev.kind, ev.path, ev.line, ev.time, _shared(what or ev.kind))
         r = self.rank_of(ev)
         if r is None:
             return  # every caller has a rank (an Init line's pid has just been mapped to its rank)
@@ -505,8 +520,7 @@ class JobBuilder:
                 self._elastic_top = max(self._elastic_top, rank)
         tl = info.timeline
         if len(tl) < TIMELINE_CAP:
-            tl.append({"kind": ev.kind, "path": ev.path, "line": ev.line, "time": ev.get("time"),
-                       "what": f"exit {entry.get('exitcode')}"})
+            tl.append((ev.kind, ev.path, ev.line, ev.get("time"), _shared(f"exit {entry.get('exitcode')}")))
 
     def _on_torch_log(self, ev: Event) -> None:
         msg = str(ev.get("msg", ""))
@@ -585,6 +599,11 @@ class JobBuilder:
             info = self._rank(r)
             info.last_collective = {k: v for k, v in coll.items() if k not in ("line", "path")}
         self.stages.apply(self)
+        for info in job.ranks.values():
+            tl = info.timeline
+            for i, e in enumerate(tl):
+                if e.__class__ is tuple:
+                    tl[i] = dict(zip(_TIMELINE_KEYS, e))
         job.extra["hosts"] = sorted(self.hosts)
         job.extra["interfaces"] = {h: sorted(v) for h, v in sorted(self.ifaces.items())}
         job.extra["init"] = {c: {"nranks": job.communicators.get(c, {}).get("nranks"),

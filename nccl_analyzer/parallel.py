@@ -11,7 +11,9 @@ from __future__ import annotations
 import gc
 import multiprocessing
 import os
+import pickle
 import re
+import zlib
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Iterator
@@ -19,7 +21,6 @@ from typing import Iterator
 from . import triage
 from .classify import EventStream
 from .model import Event
-from .packed import PackedEvent, pack
 from .sources import Source, clean_text, open_binary, read_text_lines
 
 #: Below this many bytes in total, one process is faster than starting workers.
@@ -54,7 +55,7 @@ class Unit:
 class UnitResult:
     index: int
     path: str
-    events: list[Event | PackedEvent]  # packed (packed.py); Analyzer.run_parallel unpacks them
+    events: list[bytes]  # batches of events (pack_batches); Analyzer.run_parallel unpacks them (unpack_batches)
     lines: int
     text: int
     compacted: int
@@ -196,14 +197,36 @@ def parse_unit(unit: Unit, inert: frozenset[str] = frozenset(), stage_only: froz
         events.extend(es.flush())
     finally:
         stream.close()
-    # Sent packed (packed.py): the main process holds the events of up to ``workers`` ranges at a time (the first
-    # range of a 1,000-rank job: 53,000 init events; one with the end of a failed job: tens of thousands of torch
-    # blocks of 1-6 KiB each), and unpacks them one at a time, as it folds them in. Packed in place: each whole
-    # event is freed as its packed copy replaces it (a second list would hold both at once).
-    for i, ev in enumerate(events):
-        events[i] = pack(ev)  # type: ignore[call-overload]
-    return UnitResult(unit.index, src.path, events, lineno, es.counts["text"], es.compacted, local.warnings,
-                      es.parser_errors, local.cut_lines, local.first_cut, counted)
+    # Sent in compressed batches (pack_batches): the main process holds the events of up to ``workers`` ranges at a
+    # time (the first range of a 1,000-rank job: 53,000 init events; one with the end of a failed job: tens of
+    # thousands of torch blocks of 1-6 KiB each), and unpacks one batch at a time, as it folds them in.
+    return UnitResult(unit.index, src.path, pack_batches(events), lineno, es.counts["text"], es.compacted,
+                      local.warnings, es.parser_errors, local.cut_lines, local.first_cut, counted)
+
+
+#: Events per batch. One pickle of many events stores once what they repeat (kind, path, host: pickle's memo) and
+#: costs far less than one pickle per event; zlib (level 1) shrinks what the main process holds while it waits.
+BATCH = 512
+
+
+def pack_batches(events: list[Event]) -> list[bytes]:
+    """``events`` as compressed pickles of ``BATCH`` events each; ``events`` is emptied as it goes (each batch's
+    events are freed once it is made: the whole list and all its batches are never held at once)."""
+    out: list[bytes] = []
+    for i in range(0, len(events), BATCH):
+        part = events[i:i + BATCH]
+        out.append(zlib.compress(pickle.dumps(part, pickle.HIGHEST_PROTOCOL), 1))
+        events[i:i + BATCH] = [None] * len(part)  # type: ignore[list-item]
+        del part
+    events.clear()
+    return out
+
+
+def unpack_batches(batches: list[bytes]) -> Iterator[Event]:
+    """The events of ``pack_batches``, in order; each batch is dropped from ``batches`` once it is unpacked."""
+    for i, b in enumerate(batches):
+        batches[i] = b""
+        yield from pickle.loads(zlib.decompress(b))
 
 
 class _Limited:

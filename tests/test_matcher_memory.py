@@ -119,3 +119,15 @@ def test_a_packed_fields_blob_is_compressed_only_when_long():
     long_ = pack(Event("k", "p", 1, "t", fields={"lines": lines}))
     assert short._blob[0] != 0x78 and long_._blob[0] == 0x78 and len(long_._blob) < ZIP_OVER
     assert short.fields == {"a": 1} and long_.fields == {"lines": lines}
+
+
+def test_a_slot_reads_its_matches_grouped_by_key_in_first_match_order(tmp_path):
+    # ranks log round robin: the slot keeps one flat list, evaluation reads it grouped by process as before
+    text = "".join(f"a:{p}:{p} [0] init.cc:1 NCCL WARN thing broke {i}\n" for i in range(3) for p in (7, 3, 5))
+    a = _feed([parse_rule(write(tmp_path, GOOD))], text)
+    sl = next(sl for st in a.matcher._states for sl in st.slots if sl.items)
+    assert list(sl.keys.items()) == [(("a", 7), 3), (("a", 3), 3), (("a", 5), 3)]
+    grouped = sl.by_key
+    assert list(grouped) == list(sl.keys)
+    assert [[it[1].line for it in v] for v in grouped.values()] == [[1, 4, 7], [2, 5, 8], [3, 6, 9]]
+    assert [it[0] for it in sl.items] == sorted(it[0] for it in sl.items)

@@ -69,3 +69,19 @@ def test_parallel_events_export_is_byte_identical(big_log, monkeypatch, tmp_path
         c2 = export.write_events([str(big_log)], fmt=fmt, out=par, workers=2)
         assert c1 == c2 and sum(c1.values()) > 50000
         assert serial.getvalue() == par.getvalue()
+
+
+def test_event_batches_read_back_equal_in_order_and_free_the_list():
+    from nccl_analyzer.model import Event
+
+    shared = {"lines": ["a", "b"]}
+    events = [Event("nccl.info", "log", i, f"h:1:1 [0] NCCL INFO x {i}", host="h", pid=1, fields={"msg": f"x {i}"})
+              for i in range(parallel.BATCH * 2 + 3)]
+    events.append(Event("python.traceback", "log", 9999, "Traceback", fields=shared))
+    want = [Event(e.kind, e.path, e.line, e.text, host=e.host, pid=e.pid, fields=dict(e.fields)) for e in events]
+    batches = parallel.pack_batches(events)
+    assert events == [] and len(batches) == 3 and all(isinstance(b, bytes) for b in batches)
+    got = list(parallel.unpack_batches(batches))
+    assert got == want and batches == [b"", b"", b""]
+    # the strings every event of a batch repeats come back as one object (pickle's memo), as they went
+    assert got[0].path is got[1].path and got[0].host is got[1].host

@@ -48,3 +48,31 @@ def test_damaged_cache_is_rebuilt(tmp_path):
     for f in (tmp_path / ".cache" / "nccl-analyzer").iterdir():
         f.write_bytes(b"\x80garbage")
     assert "'rank'" in _parse(tmp_path) or "nranks" in _parse(tmp_path)
+
+
+def test_each_grammar_text_keeps_its_own_cache_file(tmp_path, monkeypatch):
+    # two versions of a grammar (two checkouts) must not evict each other's tables on every run
+    monkeypatch.setenv("HOME", str(tmp_path))
+    texts = {"nccl.lark": "start: A\nA: \"a\"\n"}
+    monkeypatch.setattr(resources, "read_grammar", lambda name: texts[name])
+    one = resources.parser_cache("nccl")
+    Path(one).write_bytes(b"tables 1")
+    texts["nccl.lark"] = "start: B\nB: \"b\"\n"
+    two = resources.parser_cache("nccl")
+    assert two != one
+    Path(two).write_bytes(b"tables 2")
+    texts["nccl.lark"] = "start: A\nA: \"a\"\n"
+    assert resources.parser_cache("nccl") == one and Path(one).read_bytes() == b"tables 1"
+    assert Path(two).read_bytes() == b"tables 2"
+
+
+def test_at_most_a_few_cache_files_per_grammar(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for i in range(resources._CACHE_KEEP + 5):
+        monkeypatch.setattr(resources, "read_grammar", lambda name, i=i: f"start: A{i}\n")
+        p = Path(resources.parser_cache("nccl"))
+        p.write_bytes(b"t")
+        os.utime(p, (1000 + i, 1000 + i))
+    folder = tmp_path / ".cache" / "nccl-analyzer"
+    left = sorted(f.name for f in folder.iterdir() if f.name.startswith("nccl-"))
+    assert len(left) == resources._CACHE_KEEP

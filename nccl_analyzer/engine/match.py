@@ -44,7 +44,27 @@ class FieldTest:
                 if got is not None:
                     return got
             return None
-        v = field_value(ev, self.field, memo)
+        name = self.field
+        if name in memo:  # a virtual field (body, exc, ...) computed for this event by an earlier test
+            v = memo[name]
+        else:
+            v = field_value(ev, name, memo)
+        if v.__class__ is str and self.op == "re":
+            # the common test (a regex on the body or a message), first: the literal prefilter, then the regex
+            need = self.need
+            if need is not None:
+                for x in need:
+                    if x in v:
+                        break
+                else:
+                    return None
+            m = self.value.search(v)
+            if not m:
+                return None
+            caps = {k: val for k, val in m.groupdict().items() if val is not None} if self.value.groupindex else {}
+            if name == "body":
+                caps["_match_text"] = m.group(0)
+            return caps
         if self.op == "nre":
             if v is None:
                 return {}
@@ -114,8 +134,11 @@ class Selector:
 
     def test(self, ev: Event, memo: dict[str, Any]) -> dict[str, Any] | None:
         """Captured values if every field test passes, else None (the kind is checked by the caller)."""
+        tests = self.tests
+        if len(tests) == 1:
+            return tests[0].check(ev, memo)  # (a new dict, or None: no copy needed)
         caps: dict[str, Any] = {}
-        for t in self.tests:
+        for t in tests:
             got = t.check(ev, memo)
             if got is None:
                 return None
