@@ -441,6 +441,10 @@ def clean_text(s: str, src: Source, lineno: int, truncated: bool = False) -> Lin
     rank = src.rank
     local_rank = src.local_rank
     time = None
+    if s[:3] == "std" and s[6:8] == ": " and s[3:6] in ("err", "out"):
+        # a runner's stream tag before every line of a child's output ("stderr: WARNING:torch.distributed..."):
+        # outside everything the job itself prints, like Open MPI's "[1,0]<stderr>:"
+        s = s[8:]
     if s[:1] in " \t|" and "| " in s[:48]:
         m = _VIEWER_TS.match(s)
         if m:
