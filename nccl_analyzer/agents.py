@@ -31,12 +31,18 @@ class ElasticAgents:
     def __init__(self) -> None:
         self.agents: set[tuple[str | None, int]] = set()  # (host, agent pid) of agents that printed their pid
         self.workers: set[int] = set()  # worker pids the agents named (teardown and failures)
-        self.local_ranks: set[int] = set()  # local ranks of failed workers
+        self.local_ranks: set[int] = set()  # local ranks of failed workers and of workers' tagged output
         self.hosts: set[str] = set()
         self.top = -1  # the highest global rank any other event of the input carries (JobBuilder.add sets it)
 
     def add(self, ev: Event) -> None:
+        """Fold in one event the job builder reads (any kind: ranks and local ranks of all of them count)."""
         if ev.kind not in KINDS:
+            if ev.rank is not None and ev.rank > self.top:
+                self.top = ev.rank
+            lr = ev.fields.get("local_rank")
+            if lr is not None and len(self.local_ranks) < _CAP:
+                self.local_ranks.add(int(lr))
             return
         agent = ev.fields.get("agent_pid")
         if agent is not None and len(self.agents) < _CAP:
@@ -66,8 +72,10 @@ class ElasticAgents:
         return not (world is not None and str(world).isdigit() and int(world) > local)
 
     def global_rank(self, ev: Event, builder: "JobBuilder") -> int | None:
-        """The global rank of the worker a ``worker_failed`` event names, where the input shows one node."""
-        if ev.kind != "torch.elastic.worker_failed":
+        """The global rank of the worker an event names only by its local rank (torchrun's ``failed ... local_rank:
+        K``, DeepSpeed's ``--local_rank=K``, a worker's own line under torchrun's ``[defaultK]:`` tag), where the
+        input shows one node."""
+        if ev.kind == "torch.elastic.sigterm":
             return None
         lr = ev.fields.get("local_rank")
         if lr is None or not self.one_node(builder):

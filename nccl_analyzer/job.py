@@ -148,7 +148,7 @@ class JobBuilder:
                 if ev.cuda_dev is not None and (ev.host, ev.pid) in self.multi_gpu:
                     return self._dev_rank.get((ev.host, ev.pid, ev.cuda_dev), hit)[0]
                 return hit[0]
-        if ev.rank is None and self._built and ev.kind == "torch.elastic.worker_failed":
+        if ev.rank is None and self._built and "local_rank" in ev.fields:
             return self.agents.global_rank(ev, self)  # only its local rank is printed: known on one node
         return ev.rank
 
@@ -200,10 +200,7 @@ class JobBuilder:
             handler(self, ev)
         if k.startswith("torch.elastic.") and ev.pid is not None and len(self._elastic_pids) < _PID_CAP:
             self._elastic_pids.add(ev.pid)
-        if k.startswith("torch.elastic."):
-            self.agents.add(ev)
-        elif ev.rank is not None and ev.rank > self.agents.top:
-            self.agents.top = ev.rank
+        self.agents.add(ev)
         if k.startswith(ERROR_KINDS_PREFIX):
             self._first_error(ev)
         self.stages.add(ev, self)

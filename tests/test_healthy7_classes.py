@@ -118,3 +118,60 @@ def test_real_job_pasted_without_torchruns_summary_still_names_the_crashed_rank(
     assert d.root_cause is not None and d.root_cause.ranks == (1,), d.root_cause
     full = analyze_text(out, rules=RULES)
     assert full.root_cause is not None and full.root_cause.ranks == (1,)
+
+
+EXIT_CUDA = ("epoch 9 step 400 loss 0.42\nsaved checkpoint ckpt/epoch9.pt\n"
+             "terminate called after throwing an instance of 'c10::CUDAError'\n"
+             "  what():  CUDA error: driver shutting down\n"
+             "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below "
+             "might be incorrect.\n")
+
+
+def test_a_cuda_call_after_the_runtime_unloaded_at_exit_is_teardown():
+    """cudaErrorCudartUnloading ("driver shutting down") is raised only while a process exits (a destructor's CUDA
+    call after the runtime went away): alone, it says the process ended, not that it failed."""
+    d = analyze_text(EXIT_CUDA, rules=RULES)
+    assert d.root_cause is None, d.root_cause
+    assert [x.reason.split(":")[0] for x in d.dismissed] == ["teardown"]
+    assert "cuda-driver-shutting-down" in d.dismissed[0].reason
+
+
+def test_nccls_own_exit_time_driver_shutting_down_warn_is_teardown_too():
+    log = ("step 99 loss 0.1\n"
+           "gpu3:2231:2260 [0] include/alloc.h:250 NCCL WARN Cuda failure 'driver shutting down'\n")
+    d = analyze_text(log, rules=RULES)
+    assert d.root_cause is None, d.root_cause
+
+
+def test_driver_shutting_down_after_a_real_error_keeps_the_real_error():
+    log = ("Traceback (most recent call last):\n  File \"train.py\", line 40, in <module>\n    batch = data[key]\n"
+           "KeyError: 'labels'\n" + EXIT_CUDA.split("saved checkpoint ckpt/epoch9.pt\n", 1)[1])
+    d = analyze_text(log, rules=RULES)
+    assert d.root_cause is not None and d.root_cause.id == "app_exception", d.root_cause
+    assert "KeyError" in d.root_cause.title
+
+
+TEE = ("[default1]:Traceback (most recent call last):\n"
+       '[default1]:  File "/work/train.py", line 52, in <module>\n'
+       '[default1]:    batch = next(it)["labels"]\n'
+       "[default1]:KeyError: 'labels'\n"
+       f"W0517 09:12:40.101000 {AGENT} torch/distributed/elastic/multiprocessing/api.py:897] Sending process 48830 "
+       "closing signal SIGTERM\n"
+       f"E0517 09:12:41.377000 {AGENT} torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1) "
+       "local_rank: 1 (pid: 48831) of binary: /opt/venv/bin/python3\n")
+
+
+def test_an_exception_under_torchruns_default_tag_names_that_rank_on_one_node():
+    """torchrun --tee's default tag "[${role_name}${local_rank}]:" is the only thing saying whose exception it is."""
+    d = analyze_text(TEE, rules=RULES)
+    assert d.root_cause is not None and d.root_cause.id == "app_exception"
+    assert d.root_cause.ranks == (1,), d.root_cause.title
+
+
+@pytest.mark.parametrize("tag", ["[trainer1|5]:", "trainer/1 [1]:"])
+def test_a_custom_or_torchx_tag_is_not_read_as_the_global_rank(tag):
+    """A --log-line-prefix-template with two numbers, or torchx's role/replica prefix (a replica is a node): which
+    number is the local rank on which node is unknown, so no rank is claimed from the tag."""
+    d = analyze_text(TEE.replace("[default1]:", tag), rules=RULES)
+    assert d.root_cause is not None and d.root_cause.id == "app_exception"
+    assert d.root_cause.ranks == (), d.root_cause.title
