@@ -175,3 +175,33 @@ def test_a_custom_or_torchx_tag_is_not_read_as_the_global_rank(tag):
     d = analyze_text(TEE.replace("[default1]:", tag), rules=RULES)
     assert d.root_cause is not None and d.root_cause.id == "app_exception"
     assert d.root_cause.ranks == (), d.root_cause.title
+
+
+SPAWN_JOB = '''
+import os, sys
+import torch.multiprocessing as mp
+
+
+def worker(i):
+    if i == 1:
+        sys.stdout.flush()
+        os._exit(3)  # leaves by itself: nothing goes through spawn's error queue
+
+
+if __name__ == "__main__":
+    mp.spawn(worker, nprocs=2, join=True)
+'''
+
+
+@needs_torch
+def test_a_real_spawn_child_that_exits_by_itself_is_not_an_application_exception(tmp_path):
+    """torch.multiprocessing.spawn's parent raises ProcessExitedException('process 1 terminated with exit code 3'):
+    the parent's report of child 1, whose reason is not in the output, not an application error."""
+    job = tmp_path / "spawn_job.py"
+    job.write_text(SPAWN_JOB)
+    proc = subprocess.run([sys.executable, str(job)], capture_output=True, text=True, env=env(), timeout=120)
+    out = proc.stdout + proc.stderr
+    assert "process 1 terminated with exit code 3" in out, out
+    d = analyze_text(out, rules=RULES)
+    assert d.root_cause is not None and d.root_cause.id == "peer_exit", d.root_cause
+    assert "process 1" in d.root_cause.title and "code 3" in d.root_cause.title
