@@ -205,3 +205,24 @@ def test_a_real_spawn_child_that_exits_by_itself_is_not_an_application_exception
     d = analyze_text(out, rules=RULES)
     assert d.root_cause is not None and d.root_cause.id == "peer_exit", d.root_cause
     assert "process 1" in d.root_cause.title and "code 3" in d.root_cause.title
+
+
+RICH = ("Loading checkpoint shards: 100%|##########| 4/4 [00:41<00:00, 10.30s/it]\n"
+        "                    WARNING  Sending process 3110 closing signal SIGTERM         api.py:699\n"
+        "                    WARNING  Sending process 3112 closing signal SIGTERM         api.py:699\n"
+        "[03/14/24 10:21:07] ERROR    failed (exitcode: -9) local_rank: 1 (pid: 3111) of  api.py:673\n"
+        "                             binary: /usr/bin/python3\n")
+
+
+def test_torchelastic_records_rendered_by_richs_handler_are_read():
+    """accelerate launch with rich installed renders torchelastic's log records with RichHandler ("[time] LEVEL
+    message   api.py:673", wrapped after "of"): the SIGKILL of local rank 1 is a failure, not "no failure"."""
+    d = analyze_text(RICH, rules=RULES)
+    assert d.root_cause is not None and d.root_cause.id == "host_oom", d.root_cause
+    assert d.root_cause.ranks == (1,)
+    assert d.root_cause.evidence[0].line == 4
+
+
+def test_a_rich_info_record_is_not_a_failure():
+    log = "[03/14/24 10:20:01] INFO     Using RTX 4090 x2, world size 2                      launch.py:112\n"
+    assert analyze_text(log, rules=RULES).root_cause is None

@@ -534,7 +534,8 @@ class _Body(Transformer):
         code = _int(c[0])
         f = {"exitcode": code, "local_rank": _int(c[1]), "worker_pid": _int(c[2])}
         entry = _text(c[4]) if len(c) > 4 else None
-        f["binary" if str(c[3]) == "binary" else "fn"] = entry
+        if len(c) > 3:  # (a record wrapped after "of" has neither)
+            f["binary" if str(c[3]) == "binary" else "fn"] = entry
         if code < 0:
             f["signal"] = _SIGNAME.get(-code, f"SIG{-code}")
         return "torch.elastic.worker_failed", f
