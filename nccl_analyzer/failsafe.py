@@ -154,12 +154,14 @@ class ErrorLedger:
             if text_entry.via:
                 sub = self.t.message(str(ev.fields.get(text_entry.via) or ""))
                 if sub is not None and sub.id is not None:
-                    return Meaning(sub.id, None, f"{m.entry}+{sub.entry}", m.note, m.retry)
+                    return Meaning(sub.id, None, f"{m.entry}+{sub.entry}", m.note, m.retry, sub.teardown or m.teardown)
             return m
         if entry.via:
             sub = self.t.message(str(ev.fields.get(entry.via) or ""))
             if sub is not None and sub.id is not None:
-                return Meaning(sub.id, None, f"{meaning.entry}+{sub.entry}", meaning.note, meaning.retry)
+                # the quoted message decides the id; a teardown it implies (an exit-time CUDA error) carries over
+                return Meaning(sub.id, None, f"{meaning.entry}+{sub.entry}", meaning.note, meaning.retry,
+                               sub.teardown or meaning.teardown)
         return meaning
 
     # -- the end ------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ import re
 from datetime import datetime
 from typing import Any
 
+from .agents import ElasticAgents
 from .model import Event, Evidence, JobModel, RankInfo
 from .stage import KIND_PREFIX_STAGE, KIND_STAGE, StageTracker
 
@@ -105,6 +106,8 @@ class JobBuilder:
         self._elastic_rank: dict[int, int] = {}  # worker pid -> global rank, as torchrun's failure report says
         self._elastic_top = -1  # the highest rank torchrun reported
         self._elastic_pids: set[int] = set()  # worker pids torchrun names (teardown, failures, its report)
+        self.agents = ElasticAgents()  # torchrun agents and their workers (a local rank's global rank: agents.py)
+        self._built = False  # build() ran: the whole input is in, so agents.py may judge "one node"
         self._comm_pids: dict[str, set[int]] = {}  # commId -> pids of the processes that joined it
         # One process driving several GPUs (nccl-tests -g N, a single-process multi-GPU program): one Init line per
         # GPU, each its own rank. (host, pid, cudaDev) -> (rank, nranks); the (host, pid) that logged several GPUs.
@@ -159,6 +162,8 @@ class JobBuilder:
                 if ev.cuda_dev is not None and (ev.host, ev.pid) in self.multi_gpu:
                     return self._dev_rank.get((ev.host, ev.pid, ev.cuda_dev), hit)[0]
                 return hit[0]
+        if ev.rank is None and self._built and "local_rank" in ev.fields:
+            return self.agents.global_rank(ev, self)  # only its local rank is printed: known on one node
         return ev.rank
 
     def _rank(self, r: int) -> RankInfo:
@@ -209,6 +214,7 @@ class JobBuilder:
             handler(self, ev)
         if k.startswith("torch.elastic.") and ev.pid is not None and len(self._elastic_pids) < _PID_CAP:
             self._elastic_pids.add(ev.pid)
+        self.agents.add(ev)
         if k.startswith(ERROR_KINDS_PREFIX):
             self._first_error(ev)
         self.stages.add(ev, self)
@@ -571,6 +577,7 @@ class JobBuilder:
     def build(self) -> JobModel:
         """The model so far (may be called repeatedly; the builder keeps accepting events)."""
         job = self.job
+        self._built = True
         job.env = dict(self.env)
         for (host, pid), info in list(self._pid_info.items()):
             hit = self._pid_rank.get((host, pid))

@@ -43,6 +43,10 @@ _CONTAINER_TS = re.compile(r"(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|
 # and logging's "%(asctime)s - %(name)s - %(levelname)s - " (the message is the program's own text).
 _LOGGER_HEAD = re.compile(r"(?:\| (?:TRACE|DEBUG|INFO|SUCCESS|WARNING|ERROR|CRITICAL) *\| [\w.<>-]+:[\w.<>-]+:\d+ - "
                           r"|- [\w.<>-]+ - (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) - )")
+# rich's RichHandler (accelerate launch installs it on the root logger when rich is importable): "[time] LEVEL
+# message   file.py:NN", the level padded to 8, the source at the right edge; the time column is blank on a record
+# in the same second as the one before. Read as logging's basic "LEVEL:file:message", the form the parsers know.
+_RICH = re.compile(r"(?:\[[\d/:. -]+\] +| +)?(DEBUG|INFO|WARNING|ERROR|CRITICAL) {1,5}(\S.*?) {2,}([\w.-]+)\.py:\d+ *$")
 _ROLE = re.compile(r"\[([A-Za-z_][\w-]*?)(\d+)(?:\|\d+)?\]:")
 #   trainer/0 [1]:                    torchx's log tee (torchx/cli/cmd_log.py: f"{role_name}/{replica_id} {line}")
 #                                     around torchrun's tag with an empty role name ("[{role}{local_rank}]:")
@@ -454,6 +458,14 @@ def clean_text(s: str, src: Source, lineno: int, truncated: bool = False) -> Lin
     rank = src.rank
     local_rank = src.local_rank
     time = None
+    if s[:3] == "std" and s[6:8] == ": " and s[3:6] in ("err", "out"):
+        # a runner's stream tag before every line of a child's output ("stderr: WARNING:torch.distributed..."):
+        # outside everything the job itself prints, like Open MPI's "[1,0]<stderr>:"
+        s = s[8:]
+    if s[-3:-1].isdigit() and ".py:" in s[-12:]:
+        m = _RICH.match(s)
+        if m:
+            s = f"{m.group(1)}:{m.group(3)}:{m.group(2)}"
     if s[:1] in " \t|" and "| " in s[:48]:
         m = _VIEWER_TS.match(s)
         if m:

@@ -534,7 +534,8 @@ class _Body(Transformer):
         code = _int(c[0])
         f = {"exitcode": code, "local_rank": _int(c[1]), "worker_pid": _int(c[2])}
         entry = _text(c[4]) if len(c) > 4 else None
-        f["binary" if str(c[3]) == "binary" else "fn"] = entry
+        if len(c) > 3:  # (a record wrapped after "of" has neither)
+            f["binary" if str(c[3]) == "binary" else "fn"] = entry
         if code < 0:
             f["signal"] = _SIGNAME.get(-code, f"SIG{-code}")
         return "torch.elastic.worker_failed", f
@@ -1328,6 +1329,12 @@ class TorchParser:
             rank = None
         if rank is None:
             rank = _default_pg_rank(fields)
+        if rank is None and line.local_rank is not None and not kind.startswith("torch.elastic.") \
+                and _default_tag(line.raw, line.local_rank):
+            # only torchrun's default tag ("[${role_name}${local_rank}]:", "[default2]:") says whose output it is: the
+            # worker's local rank (agents.py turns it into the global rank where the input shows one node). Not a
+            # custom --log-line-prefix-template with two numbers ("[trainer22|6]:"): which one is which is unknown.
+            fields.setdefault("local_rank", line.local_rank)
         if pid is None:
             pid = fields.pop("_pid", None)
         if kind in ("torch.elastic.worker_failed", "torch.elastic.sigterm", "torch.elastic.signal") \
@@ -1498,6 +1505,21 @@ def _default_pg_rank(fields: dict) -> int | None:
             and fields.get("pg_desc", "default_pg") in ("default_pg", "undefined"):
         return fields["pg_rank"]
     return None
+
+
+def _default_tag(raw: str, local_rank: int) -> bool:
+    """Whether ``raw`` carries torchrun's default tag ``[${role_name}${local_rank}]:`` for ``local_rank`` (a role name
+    of letters right before the number, ``]:`` right after it), not inside torchx's ``role/replica`` prefix (a
+    replica is a node of its own)."""
+    tag = f"{local_rank}]:"
+    i = raw.find(tag)
+    if i <= 1 or not raw[i - 1].isalpha():
+        return False
+    j = raw.rfind("[", 0, i)
+    return j >= 0 and raw[j + 1:j + 2].isalpha() and _TORCHX_HEAD.search(raw, 0, j + 1) is None
+
+
+_TORCHX_HEAD = re.compile(r"[A-Za-z_][\w-]*/\d+ \[")
 
 
 def _exc_line(b: _Block) -> Line:
