@@ -346,7 +346,9 @@ def _infer(loose: list[_Err]) -> tuple[RootCause, set[int]]:
     with the other lines of the same meaning as further evidence."""
     # a teardown line (torchrun's SIGTERMs, a proxy losing its local rank) is a consequence: any other line first
     cands = [e for e in loose if not e.meaning.teardown] or loose
-    best = next((e for e in cands if e.meaning.id not in _VAGUE), cands[0])
+    # a specific id first; then one that still says something (a peer exited, a timeout) over "other"
+    best = next((e for e in cands if e.meaning.id not in _VAGUE), None) \
+        or next((e for e in cands if e.meaning.id not in (None, "other")), cands[0])
     tid = best.meaning.id or "other"
     every = [e for e in loose if e.meaning.id == tid]
     same = every[:QUOTE_CAP]

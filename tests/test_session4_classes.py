@@ -246,3 +246,19 @@ def test_a_runtime_call_the_driver_lacks_is_a_version_mismatch():
            "[1,1]<stdout>:gpu-a:881:902 [1] init.cc:901 NCCL WARN Cuda failure 'invalid device ordinal'\n")
     d, got = _root(log)
     assert got == "version_mismatch", render_text(d, verbose=True)
+
+
+def test_tensorflow_node_line_is_no_exception_and_the_shutdown_behind_it_decides():
+    # TF >= 2.9 graph execution error, pasted from inside it: the op's definition frames, "Node: '<name>'", then the
+    # message (Horovod's shutdown); mpirun's report follows
+    log = ('[1,1]<stderr>:    File "/usr/lib/python3/dist-packages/horovod/tensorflow/mpi_ops.py", line 123, in _allreduce\n'
+           "[1,1]<stderr>:      return MPI_LIB.horovod_allreduce(tensor, name=name, reduce_op=op,\n"
+           "[1,1]<stderr>:Node: 'DistributedAdam_Allreduce/cond_3/HorovodAllreduce_grads_7'\n"
+           "[1,1]<stderr>:Horovod has been shut down. This was caused by an exception on one of the ranks or an attempt "
+           "to allreduce, allgather or broadcast a tensor after one of the ranks finished execution.\n"
+           "[1,1]<stderr>:\t [[{{node DistributedAdam_Allreduce/cond_3/HorovodAllreduce_grads_7}}]] "
+           "[Op:__inference_train_function_2211]\n"
+           "Primary job  terminated normally, but 1 process returned\n"
+           "a non-zero exit code. Per user-direction, the job has been aborted.\n")
+    d, got = _root(log)
+    assert got == "peer_exit", render_text(d, verbose=True)
