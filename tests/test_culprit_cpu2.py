@@ -132,3 +132,47 @@ def test_live_detail_mismatch_names_the_odd_one_out(tmp_path):
     d = _diag(tmp_path, out.stdout + out.stderr)
     assert d.root_cause.id == "collective_mismatch", d.root_cause
     assert d.root_cause.ranks == (1,), d.root_cause.title
+
+
+def _report(*entries: tuple[int, int, int]) -> str:
+    """A torchrun ChildFailedError report: (rank, local_rank, exitcode) per listed worker, the first the root."""
+    def one(i, r, lr, code):
+        sig = "  (SIGTERM)" if code == -15 else ""
+        tb = f"Signal 15 (SIGTERM) received by PID {900 + r}" if code == -15 else \
+            "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"
+        return (f"[{i}]:\n  time      : 2026-12-01_16:52:32\n  host      : localhost\n  rank      : {r} (local_rank: {lr})\n"
+                f"  exitcode  : {code} (pid: {900 + r}){sig}\n  error_file: <N/A>\n  traceback : {tb}\n")
+    root, rest = entries[0], entries[1:]
+    return ("Traceback (most recent call last):\n  File \"/usr/bin/torchrun\", line 8, in <module>\n    sys.exit(main())\n"
+            "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n" + "=" * 60 + "\ntrain.py FAILED\n"
+            + "-" * 60 + "\nFailures:\n" + "".join(one(i + 1, *e) for i, e in enumerate(rest))
+            + "-" * 60 + "\nRoot Cause (first observed failure):\n" + one(0, *root) + "=" * 60 + "\n")
+
+
+def _closed(rank: int, port: int) -> str:
+    return (f"[rank{rank}]: Traceback (most recent call last):\n"
+            f"[rank{rank}]:   File \"/usr/lib/python3/site-packages/torch/distributed/distributed_c10d.py\", line 3075, in all_reduce\n"
+            f"[rank{rank}]:     work.wait()\n"
+            f"[rank{rank}]: RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:547] Connection closed by peer [127.0.0.1]:{port}\n")
+
+
+def test_worker_left_out_of_torchruns_report_exited_0_and_is_the_lost_peer(tmp_path):
+    # rank 1 returned (exit 0) while ranks 0 and 2 were in all_reduce: torchrun lists every worker that did not
+    # succeed, so local_rank 1 missing between 0 and 2 is the one that left (fixtures/blind_h200c c28)
+    d = _diag(tmp_path, _closed(0, 55727) + _closed(2, 8942) + _report((0, 0, 1), (2, 2, 1)))
+    assert d.root_cause.id == "peer_exit"
+    assert d.root_cause.ranks == (1,)
+
+
+def test_report_of_another_node_names_no_rank_of_this_one(tmp_path):
+    # node 1's agent (global ranks 2, 3 = local 0, 1): ranks 0 and 1 run under the other agent, not left out here
+    d = _diag(tmp_path, _closed(2, 5001) + _closed(3, 5002) + _report((2, 0, 1), (3, 1, 1)))
+    assert d.root_cause is not None
+    assert 0 not in d.root_cause.ranks and 1 not in d.root_cause.ranks
+
+
+def test_highest_local_rank_left_out_is_not_certain(tmp_path):
+    # the report cannot show that a local rank above the highest listed one existed
+    d = _diag(tmp_path, _closed(0, 5001) + _closed(1, 5002) + _report((0, 0, 1), (1, 1, 1)))
+    assert d.root_cause is not None
+    assert 2 not in d.root_cause.ranks
