@@ -91,6 +91,7 @@ class JobBuilder:
         self._elastic_rank: dict[int, int] = {}  # worker pid -> global rank, as torchrun's failure report says
         self._elastic_top = -1  # the highest rank torchrun reported
         self._elastic_pids: set[int] = set()  # worker pids torchrun names (teardown, failures, its report)
+        self.sigterm_pids: set[int] = set()  # worker pids torchrun says it sent SIGTERM ("Sending process N closing ...")
         self._comm_pids: dict[str, set[int]] = {}  # commId -> pids of the processes that joined it
         # torch.multiprocessing.spawn names the failed child by its process index, the ``i`` of ``fn(i, *args)``
         # that programs pass on as their rank: (path, first line, last line, index) of the lines that are that child's
@@ -203,6 +204,8 @@ class JobBuilder:
             handler(self, ev)
         if k.startswith("torch.elastic.") and ev.pid is not None and len(self._elastic_pids) < _PID_CAP:
             self._elastic_pids.add(ev.pid)
+            if k == "torch.elastic.sigterm":
+                self.sigterm_pids.add(ev.pid)
         if k.startswith(ERROR_KINDS_PREFIX):
             self._first_error(ev)
         self.stages.add(ev, self)

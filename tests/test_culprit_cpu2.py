@@ -176,3 +176,13 @@ def test_highest_local_rank_left_out_is_not_certain(tmp_path):
     d = _diag(tmp_path, _closed(0, 5001) + _closed(1, 5002) + _report((0, 0, 1), (1, 1, 1)))
     assert d.root_cause is not None
     assert 2 not in d.root_cause.ranks
+
+
+def test_report_that_leaves_out_the_workers_it_terminated_names_no_unlisted_rank(tmp_path):
+    # older torchelastic listed only the workers that failed before it tore the group down: the SIGTERMed worker
+    # (pid 901, local_rank 1) is not in the report, so a missing local rank says nothing
+    sigterm = ("W1201 16:52:32.100000 854 torch/distributed/elastic/multiprocessing/api.py:1028] "
+               "Sending process 901 closing signal SIGTERM\n")
+    d = _diag(tmp_path, _closed(0, 55727) + _closed(2, 8942) + sigterm + _report((0, 0, 1), (2, 2, 1)))
+    assert d.root_cause is not None
+    assert 1 not in d.root_cause.ranks

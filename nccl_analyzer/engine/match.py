@@ -494,7 +494,13 @@ def _unlisted_workers(b: "JobBuilder", reporting: set[int]) -> list[int]:
     every worker of its group that did not succeed (exit status, or the SIGTERM it sent), so a local rank missing
     below the highest listed one ended with exit status 0 -- while its peers were still in a collective, the peer
     that went away. Global rank = the listed rank - its local_rank + the missing local rank (one agent's workers are
-    consecutive global ranks); ranks that reported the lost peer themselves are never it."""
+    consecutive global ranks); ranks that reported the lost peer themselves are never it. Only where the report
+    lists every worker torchrun says it sent SIGTERM: torchelastic's SubprocessContext._poll records the exit codes
+    of the workers it terminated since torch 2.x; an older report leaves them out, and a missing local rank may then
+    be one of them."""
+    listed = {int(e["pid"]) for e in b.exits.values() if e.get("pid") is not None}
+    if getattr(b, "sigterm_pids", set()) - listed:
+        return []
     groups: dict[tuple[Any, int], set[int]] = {}
     for r, entry in b.exits.items():
         lr = entry.get("local_rank")
