@@ -44,7 +44,11 @@ def score(folder: Path, verbose: bool = False) -> dict[str, int]:
             c["ranks"] += 1
             c["ranks_right"] += got == want and ranks == sorted(label["ranks"])
         if verbose:
-            print(f"  {'ok ' if got == want else 'BAD'} {case.name:<48} want {want!s:<22} got {got}")
+            rk = ""
+            if "ranks" in label:
+                ok = got == want and ranks == sorted(label["ranks"])
+                rk = f"  ranks {'ok ' if ok else 'BAD'} want {sorted(label['ranks'])} got {ranks}"
+            print(f"  {'ok ' if got == want else 'BAD'} {case.name:<48} want {want!s:<22} got {got}{rk}")
     return c
 
 

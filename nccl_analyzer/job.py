@@ -108,7 +108,12 @@ class JobBuilder:
         self._elastic_pids: set[int] = set()  # worker pids torchrun names (teardown, failures, its report)
         self.agents = ElasticAgents()  # torchrun agents and their workers (a local rank's global rank: agents.py)
         self._built = False  # build() ran: the whole input is in, so agents.py may judge "one node"
+        self.sigterm_pids: set[int] = set()  # worker pids torchrun says it sent SIGTERM ("Sending process N closing ...")
         self._comm_pids: dict[str, set[int]] = {}  # commId -> pids of the processes that joined it
+        # torch.multiprocessing.spawn names the failed child by its process index, the ``i`` of ``fn(i, *args)``
+        # that programs pass on as their rank: (path, first line, last line, index) of the lines that are that child's
+        self._spawn_lines: list[tuple[str, int, int, int]] = []
+        self._spawn_next: dict[str, int] = {}  # path -> index of the child whose traceback the parent prints next
         # One process driving several GPUs (nccl-tests -g N, a single-process multi-GPU program): one Init line per
         # GPU, each its own rank. (host, pid, cudaDev) -> (rank, nranks); the (host, pid) that logged several GPUs.
         self._dev_rank: dict[tuple[str | None, int, int], tuple[int, int]] = {}
@@ -162,6 +167,10 @@ class JobBuilder:
                 if ev.cuda_dev is not None and (ev.host, ev.pid) in self.multi_gpu:
                     return self._dev_rank.get((ev.host, ev.pid, ev.cuda_dev), hit)[0]
                 return hit[0]
+        if ev.rank is None and self._spawn_lines:
+            for path, lo, hi, idx in self._spawn_lines:
+                if ev.path == path and lo <= ev.line <= hi:
+                    return idx
         if ev.rank is None and self._built and "local_rank" in ev.fields:
             return self.agents.global_rank(ev, self)  # only its local rank is printed: known on one node
         return ev.rank
@@ -214,6 +223,8 @@ class JobBuilder:
             handler(self, ev)
         if k.startswith("torch.elastic.") and ev.pid is not None and len(self._elastic_pids) < _PID_CAP:
             self._elastic_pids.add(ev.pid)
+            if k == "torch.elastic.sigterm":
+                self.sigterm_pids.add(ev.pid)
         self.agents.add(ev)
         if k.startswith(ERROR_KINDS_PREFIX):
             self._first_error(ev)
@@ -482,6 +493,8 @@ class JobBuilder:
         exc = str(ev.get("exc_type", ""))
         if "ChildFailedError" in exc:
             return
+        if ev.rank is None and ev.pid is None and len(self._spawn_lines) < 64:
+            self._spawn_child(ev, exc)
         r = self.rank_of(ev)
         coll = traceback_collective(ev)
         if r is not None and coll:
@@ -491,6 +504,31 @@ class JobBuilder:
                 info.last_collective = {"op_type": coll, "source": "traceback"}
         if r is not None:
             self._timeline(ev, f"{exc.rsplit('.', 1)[-1]}")
+
+    def _spawn_child(self, ev: Event, exc: str) -> None:
+        """torch.multiprocessing.spawn's parent reports the child that failed first (ProcessContext.join): by its
+        index in ProcessExitedException ("process 2 terminated with signal SIGSEGV" / "with exit code 1"), or in
+        ProcessRaisedException's message ("-- Process 1 terminated with the following error:") followed by the
+        child's own traceback, which the parent prints (its first frame spawn.py's ``_wrap``). The index is the
+        rank a spawned program is given; the lines that report it become that rank's."""
+        msg = str(ev.get("message") or "")
+        end = ev.end_line or ev.line
+        if exc.endswith("ProcessExitedException"):
+            m = re.match(r"process (\d+) terminated with (?:signal|exit code)", msg)
+            if m:
+                self._spawn_lines.append((ev.path, ev.line, end, int(m.group(1))))
+            return
+        if exc.endswith("ProcessRaisedException"):
+            m = re.search(r"-- Process (\d+) terminated with the following error", msg)
+            if m:
+                self._spawn_next[ev.path] = int(m.group(1))
+            return
+        idx = self._spawn_next.pop(ev.path, None)
+        frames = ev.get("frames") or []
+        first = frames[0] if frames and isinstance(frames[0], dict) else {}
+        if idx is not None and str(first.get("file", "")).endswith("multiprocessing/spawn.py") \
+                and first.get("function") == "_wrap":
+            self._spawn_lines.append((ev.path, ev.line, end, idx))
 
     def _on_child_failed(self, ev: Event) -> None:
         rank = ev.get("rank")

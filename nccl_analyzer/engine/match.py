@@ -554,6 +554,8 @@ def exited_peers(ctx: PredContext, **args: Any) -> PredResult | None:
             continue
         if code > 0 or code not in (0, -2, -15):
             gone.append(r)
+    if not gone:
+        gone = _unlisted_workers(b, reporting)
     if gone:
         ranks = tuple(sorted(gone))
         return PredResult(bound={"peer_ranks": _rank_list(ranks), "peer_who": _who(ranks)}, ranks=ranks)
@@ -561,6 +563,36 @@ def exited_peers(ctx: PredContext, **args: Any) -> PredResult | None:
     if res is not None and res.bound.get("lagging"):
         return PredResult(bound={"peer_ranks": res.bound["lagging"], "peer_who": _who(res.ranks)}, ranks=res.ranks)
     return None
+
+
+def _unlisted_workers(b: "JobBuilder", reporting: set[int]) -> list[int]:
+    """Workers one torchrun agent's failure report leaves out although it lists a higher local rank: the agent lists
+    every worker of its group that did not succeed (exit status, or the SIGTERM it sent), so a local rank missing
+    below the highest listed one ended with exit status 0 -- while its peers were still in a collective, the peer
+    that went away. Global rank = the listed rank - its local_rank + the missing local rank (one agent's workers are
+    consecutive global ranks); ranks that reported the lost peer themselves are never it. Only where the report
+    lists every worker torchrun says it sent SIGTERM: torchelastic's SubprocessContext._poll records the exit codes
+    of the workers it terminated since torch 2.x; an older report leaves them out, and a missing local rank may then
+    be one of them."""
+    listed = {int(e["pid"]) for e in b.exits.values() if e.get("pid") is not None}
+    if getattr(b, "sigterm_pids", set()) - listed:
+        return []
+    groups: dict[tuple[Any, int], set[int]] = {}
+    for r, entry in b.exits.items():
+        lr = entry.get("local_rank")
+        if lr is None:
+            continue
+        try:
+            base = int(r) - int(lr)
+            groups.setdefault((entry.get("path"), base), set()).add(int(lr))
+        except (TypeError, ValueError):
+            continue
+    out = []
+    for (_, base), locals_ in groups.items():
+        for lr in range(max(locals_)):
+            if lr not in locals_ and base + lr not in reporting and base + lr not in b.exits and base >= 0:
+                out.append(base + lr)
+    return out
 
 
 def _who(ranks: tuple[int, ...]) -> str:

@@ -37,3 +37,56 @@ def ranks_in_text(ctx: PredContext, regex: str = "", **args: Any) -> PredResult 
     ranks = tuple(sorted(named))
     return PredResult(bound={"named_ranks": _rank_list(ranks), "named_who": _who(ranks)}, ranks=ranks,
                       evidence=evidence[:1])
+
+
+# ProcessGroupWrapper (TORCH_DISTRIBUTED_DEBUG=DETAIL) compares each rank's CollectiveFingerPrint with every other
+# rank's and raises on the first that differs: "Detected mismatch between collectives on ranks. Rank 0 is running
+# collective: CollectiveFingerPrint(SequenceNumber=6, OpType=ALLREDUCE, TensorShape=[4], TensorDtypes=Float, ...),
+# but Rank 2 is running collective: CollectiveFingerPrint(...)". Each such line states two ranks' fingerprints.
+_FP_RANK = re.compile(r"Rank (\d+) is running collective: CollectiveFingerPrint\(")
+_FP_FIELDS = re.compile(r"\b(SequenceNumber|OpType|TensorShape|TensorDtypes|TensorDeviceTypes)=(\[[^\]]*\]|\w+)")
+
+
+def _fingerprints(text: str) -> dict[int, tuple[str, ...]]:
+    """Rank -> (op type, shapes, dtypes, device types) of each CollectiveFingerPrint a mismatch message states."""
+    out: dict[int, tuple[str, ...]] = {}
+    starts = list(_FP_RANK.finditer(text))
+    for i, m in enumerate(starts):
+        part = text[m.end():starts[i + 1].start() if i + 1 < len(starts) else len(text)]
+        fields = dict(_FP_FIELDS.findall(part))
+        if "OpType" in fields:
+            out.setdefault(int(m.group(1)), tuple(fields.get(k, "") for k in
+                                                  ("OpType", "TensorShape", "TensorDtypes", "TensorDeviceTypes")))
+    return out
+
+
+@predicate
+def fingerprint_odd_one_out(ctx: PredContext, **args: Any) -> PredResult | None:
+    """The rank(s) whose collective differs from the one most ranks run, from the CollectiveFingerPrints that
+    TORCH_DISTRIBUTED_DEBUG=DETAIL's mismatch messages state (every rank reports the mismatch it saw, so every rank
+    is in the matched lines; only the fingerprints tell the odd one out). Fails when there is no strict majority
+    (1 vs 1, 2 vs 2: the log cannot tell which side is wrong)."""
+    fps: dict[int, tuple[str, ...]] = {}
+    evidence = []
+    for ev in ctx.events:
+        found = _fingerprints(str(field_value(ev, "body") or ""))
+        if found:
+            evidence.append(ev)
+        for r, fp in found.items():
+            fps.setdefault(r, fp)
+    if len(fps) < 3:
+        return None
+    groups: dict[tuple[str, ...], list[int]] = {}
+    for r in sorted(fps):
+        groups.setdefault(fps[r], []).append(r)
+    ordered = sorted(groups.values(), key=lambda rs: (-len(rs), rs[0]))
+    if len(ordered) < 2 or len(ordered[0]) <= len(ordered[1]):
+        return None
+    odd = tuple(sorted(r for rs in ordered[1:] for r in rs))
+    major = fps[ordered[0][0]][0]
+    ops = sorted({fps[r][0] for r in odd})
+    story = f"{_who(odd)} ran {', '.join(ops)} where {_who(tuple(ordered[0]))} ran {major}"
+    if ops == [major]:
+        story = f"{_who(odd)} ran {major} with other tensors than {_who(tuple(ordered[0]))}"
+    return PredResult(bound={"odd_who": _who(odd), "odd_story": story}, ranks=odd,
+                      evidence=[e for e in evidence if ctx.builder.rank_of(e) in odd][:1] + evidence[:1])

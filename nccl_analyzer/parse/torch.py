@@ -886,12 +886,16 @@ _CONT = re.compile(
     r"(?:nccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument|InvalidUsage|RemoteError|InProgress"
     r"|Timeout): |Unknown NCCL error!|Last error:|Search for `cuda|CUDA kernel errors might be asynchronously"
     r"|For debugging consider passing CUDA_LAUNCH_BLOCKING|Compile with `TORCH_USE_CUDA_DSA`"
-    r"|Device-side assertion|Exception raised from |frame #\d+: |\t|#\d+ \S+ from \S+:\d+$)")
+    r"|Device-side assertion|Exception raised from |frame #\d+: |\t|#\d+ \S+ from \S+:\d+$"
+    # torch.multiprocessing.spawn's ProcessRaisedException: "\n\n-- Process %d terminated with the following error:\n"
+    # + the child's traceback (spawn.py ProcessContext.join): which process failed, after a blank line
+    r"|-- Process \d+ terminated with the following error:)")
 _CONT_ONCE = (("ncclUnhandled", "nccl_interp"), ("ncclSystem", "nccl_interp"), ("ncclInternal", "nccl_interp"),
               ("ncclInvalid", "nccl_interp"), ("ncclRemote", "nccl_interp"), ("ncclInProgress", "nccl_interp"),
               ("ncclTimeout", "nccl_interp"), ("Unknown NCCL", "nccl_interp"), ("Last error:", "last_error"),
               ("Search for", "search"), ("CUDA kernel errors", "async_note"), ("For debugging", "debugging"),
-              ("Compile with", "dsa"), ("Device-side", "dsa2"), ("Exception raised from", "raised_from"))
+              ("Compile with", "dsa"), ("Device-side", "dsa2"), ("Exception raised from", "raised_from"),
+              ("-- Process ", "spawn_process"))
 
 
 def _cont_type(text: str) -> str | None:
