@@ -108,6 +108,7 @@ class JobBuilder:
         self._elastic_pids: set[int] = set()  # worker pids torchrun names (teardown, failures, its report)
         self.agents = ElasticAgents()  # torchrun agents and their workers (a local rank's global rank: agents.py)
         self._built = False  # build() ran: the whole input is in, so agents.py may judge "one node"
+        self._stated: set[int] = set()  # ranks some event states itself (not inferred from a local rank / spawn index)
         self.sigterm_pids: set[int] = set()  # worker pids torchrun says it sent SIGTERM ("Sending process N closing ...")
         self._comm_pids: dict[str, set[int]] = {}  # commId -> pids of the processes that joined it
         # torch.multiprocessing.spawn names the failed child by its process index, the ``i`` of ``fn(i, *args)``
@@ -162,17 +163,24 @@ class JobBuilder:
             # the global one only for a communicator of the whole job. One of fewer ranks than torchrun's
             # highest reported rank is a subgroup (a 1-rank NCCL group per process beside a gloo world).
             if er is not None and (hit is None or (hit[0] != er and hit[1] <= self._elastic_top)):
+                self._stated.add(er)  # torchrun's failure report states it
                 return er
             if hit is not None:
+                self._stated.add(hit[0])  # the process's NCCL Init line states it
                 if ev.cuda_dev is not None and (ev.host, ev.pid) in self.multi_gpu:
                     return self._dev_rank.get((ev.host, ev.pid, ev.cuda_dev), hit)[0]
                 return hit[0]
         if ev.rank is None and self._spawn_lines:
             for path, lo, hi, idx in self._spawn_lines:
                 if ev.path == path and lo <= ev.line <= hi:
+                    if idx not in self._stated:  # no line states this rank (yet): the report says what it rests on
+                        self.job.extra.setdefault("rank_basis", {})[idx] = "spawn"
                     return idx
         if ev.rank is None and self._built and "local_rank" in ev.fields:
-            return self.agents.global_rank(ev, self)  # only its local rank is printed: known on one node
+            r = self.agents.global_rank(ev, self)  # only its local rank is printed: known on one node
+            if r is not None and r not in self._stated:  # no line states this global rank: the report says so
+                self.job.extra.setdefault("rank_basis", {})[r] = "local_rank"
+            return r
         return ev.rank
 
     def _rank(self, r: int) -> RankInfo:
@@ -207,6 +215,8 @@ class JobBuilder:
         """Fold one event into the model."""
         self.events += 1
         k = ev.kind
+        if ev.rank is not None and not k.startswith("nccl.init"):
+            self._stated.add(ev.rank)  # a line states this rank itself (a rank prefix, torch's own "rank N")
         self.kinds[k] = self.kinds.get(k, 0) + 1
         if ev.host:
             if len(self.hosts) < _PID_CAP:
@@ -616,6 +626,9 @@ class JobBuilder:
         """The model so far (may be called repeatedly; the builder keeps accepting events)."""
         job = self.job
         self._built = True
+        basis = job.extra.get("rank_basis")
+        for r in [r for r in basis or () if r in self._stated]:
+            del basis[r]  # a later line stated the rank the spawn index gave
         job.env = dict(self.env)
         for (host, pid), info in list(self._pid_info.items()):
             hit = self._pid_rank.get((host, pid))

@@ -295,6 +295,8 @@ class JobModel:
         }
         if self.extra.get("flight"):  # Flight Recorder dumps were read (docs/flight.md)
             out["flight"] = self.extra["flight"]
+        if self.extra.get("rank_basis"):  # ranks no line states, and what each rests on (docs/CONTRACT.md)
+            out["rank_basis"] = {str(r): b for r, b in sorted(self.extra["rank_basis"].items())}
         return out
 
 

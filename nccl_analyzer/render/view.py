@@ -120,6 +120,13 @@ def job_seen(d: Diagnosis) -> str:
     return neutralize(", ".join(bits))
 
 
+#: What a rank named only by inference rests on (job.py ``rank_of``; agents.py for a local rank).
+_RANK_BASIS = {
+    "local_rank": "the global rank is taken from its local rank: the input shows one node only",
+    "spawn": "the rank is the child's torch.multiprocessing.spawn process index",
+}
+
+
 def where(d: Diagnosis) -> str | None:
     """``ranks 0-1 on vm, GPU 0 (busId 60)``: the root cause's ranks grouped by host and GPU (first four
     groups), else its hosts; a host only the evidence lines name is said to have reported it."""
@@ -139,6 +146,9 @@ def where(d: Diagnosis) -> str | None:
         if gpu:
             text += f", {gpu}"
         parts.append(text)
+    basis = {d.job.extra.get("rank_basis", {}).get(r) for r in rc.ranks} & set(_RANK_BASIS)
+    if parts and basis:  # no line states the rank: say what it rests on (job.py rank_of)
+        parts[-1] += " (" + "; ".join(_RANK_BASIS[b] for b in sorted(basis)) + ")"
     left = sum(len(v) for v in list(groups.values())[4:])
     if left:
         parts.append(f"+{plural(left, 'more rank')}")
