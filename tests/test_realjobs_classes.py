@@ -125,6 +125,17 @@ def test_a_worker_that_stops_itself_after_an_error_message_is_the_application(tm
     assert "validation manifest" in rc.title
 
 
+def test_an_exit_after_an_error_message_that_aborts_at_teardown_is_the_application(tmp_path):
+    """Seen live: sys.exit(2) without destroy_process_group, then std::terminate at interpreter exit
+    ("terminate called without an active exception"): torchrun reports -6, the reason is still the message."""
+    d = _diag(tmp_path, "ERROR: manifest /data/val.jsonl has 0 records\n"
+                        "terminate called without an active exception\n"
+              + _PEER_CLOSED.format(r=0) + _TEARDOWN.format(code=-6, lr=1))
+    rc = d.root_cause
+    assert rc is not None and rc.id == "app_exception", rc
+    assert rc.ranks == (1,)
+
+
 def test_an_error_message_before_a_signal_death_is_not_the_reason(tmp_path):
     d = _diag(tmp_path, _EXIT_MSG + _TEARDOWN.format(code=-9, lr=2))
     assert d.root_cause is not None and d.root_cause.rule != "elastic-child-exit-message", d.root_cause
