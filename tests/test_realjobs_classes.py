@@ -141,6 +141,17 @@ def test_an_error_message_before_a_signal_death_is_not_the_reason(tmp_path):
     assert d.root_cause is not None and d.root_cause.rule != "elastic-child-exit-message", d.root_cause
 
 
+def test_an_error_message_beside_the_workers_own_traceback_is_not_the_reason(tmp_path):
+    """The worker raised: its traceback is the reason, the ERROR line is something else it printed."""
+    d = _diag(tmp_path, "ERROR: could not reach the metrics server\n"
+                        "[rank1]: Traceback (most recent call last):\n"
+                        '[rank1]:   File "/srv/train.py", line 40, in load_batch\n'
+                        "[rank1]:     return shards[idx]\n"
+                        "[rank1]: IndexError: list index out of range\n" + _TEARDOWN.format(code=1, lr=1))
+    assert d.root_cause is not None and d.root_cause.rule == "python-app-exception", d.root_cause
+    assert not any(f.rule.startswith("elastic-child-exit-message") for f in d.findings), d.findings
+
+
 def test_an_error_message_alone_is_no_failure(tmp_path):
     d = _diag(tmp_path, "ERROR: could not reach the metrics server, continuing without it\n"
                         "epoch 3 step 100 loss 0.21\nepoch 3 step 101 loss 0.20\n")
