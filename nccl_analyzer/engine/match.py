@@ -375,20 +375,31 @@ def ranks_in_different_collectives(ctx: PredContext) -> PredResult | None:
     known_seqs = {seqs[r] for r in ops if seqs.get(r) is not None}
     if len(known_seqs) > 1:
         return None  # different ops at different SeqNums: ranks are at different points (lagging), not a mismatch
-    by_op: dict[str, list[int]] = {}
-    for r in sorted(ops):
-        by_op.setdefault(norm[r], []).append(r)
-    groups = sorted(by_op.values(), key=lambda rs: (-len(rs), rs[0]))
-    desc = ", ".join(f"{_who(tuple(rs))}: {ops[rs[0]]}" for rs in groups)
-    bound: dict[str, Any] = {"ops": desc}
-    blamed = tuple(sorted(ops))
-    if len(groups[0]) > len(groups[1]):
-        # The odd ones out: every rank outside the largest group called something the majority did not. With no
-        # majority (1 vs 1, 2 vs 2) the log cannot tell which side is wrong, and every rank stays named.
-        blamed = tuple(sorted(r for rs in groups[1:] for r in rs))
+    groups, blamed = _odd_ones(norm)
+    bound: dict[str, Any] = {"ops": ", ".join(f"{_who(tuple(rs))}: {ops[rs[0]]}" for rs in groups)}
+    if blamed is not None:
         bound["odd_who"] = _who(blamed)
         bound["odd_story"] = (f"{_who(blamed)} called {', '.join(sorted({ops[r] for r in blamed}))} while "
                               f"{_who(tuple(groups[0]))} called {ops[groups[0][0]]}")
+    return _blame_first(ctx, bound, blamed or tuple(sorted(ops)))
+
+
+def _odd_ones(key: dict[int, Any]) -> tuple[list[list[int]], tuple[int, ...] | None]:
+    """The ranks grouped by what each called (largest group first), and the odd ones out: every rank outside the
+    largest group, where that group is a strict majority. With no majority (1 vs 1, 2 vs 2) the log cannot tell
+    which side is wrong: None, and every rank stays named."""
+    by_key: dict[Any, list[int]] = {}
+    for r in sorted(key):
+        by_key.setdefault(key[r], []).append(r)
+    groups = sorted(by_key.values(), key=lambda rs: (-len(rs), rs[0]))
+    if len(groups[0]) > len(groups[1]):
+        return groups, tuple(sorted(r for rs in groups[1:] for r in rs))
+    return groups, None
+
+
+def _blame_first(ctx: PredContext, bound: dict[str, Any], blamed: tuple[int, ...]) -> PredResult:
+    """The predicate's result naming ``blamed``, with their events first in the evidence."""
+    b = ctx.builder
     ev = [e for e in ctx.events if b.rank_of(e) in blamed] + [e for e in ctx.events if b.rank_of(e) not in blamed]
     return PredResult(bound=bound, ranks=blamed, evidence=ev[:4])
 
@@ -416,21 +427,14 @@ def _sizes_differ(ctx: PredContext) -> PredResult | None:
             or len(set(sizes.values())) < 2:
         return None
     op = next(str(c["op_type"]) for r, c in b.collectives.items() if r in sizes)
-    by_size: dict[int, list[int]] = {}
-    for r in sorted(sizes):
-        by_size.setdefault(sizes[r], []).append(r)
-    groups = sorted(by_size.values(), key=lambda rs: (-len(rs), rs[0]))
-    desc = ", ".join(f"{_who(tuple(rs))}: {op} of {sizes[rs[0]]} elements" for rs in groups)
-    bound: dict[str, Any] = {"ops": desc}
-    blamed = tuple(sorted(sizes))
-    if len(groups[0]) > len(groups[1]):
-        blamed = tuple(sorted(r for rs in groups[1:] for r in rs))
+    groups, blamed = _odd_ones(sizes)
+    bound: dict[str, Any] = {"ops": ", ".join(f"{_who(tuple(rs))}: {op} of {sizes[rs[0]]} elements" for rs in groups)}
+    if blamed is not None:
         bound["odd_who"] = _who(blamed)
         bound["odd_story"] = (f"at SeqNum {next(iter(seqs))} {_who(blamed)} passed a tensor of "
                               f"{', '.join(str(sizes[r]) for r in blamed)} elements while {_who(tuple(groups[0]))} "
                               f"passed {sizes[groups[0][0]]}")
-    ev = [e for e in ctx.events if b.rank_of(e) in blamed] + [e for e in ctx.events if b.rank_of(e) not in blamed]
-    return PredResult(bound=bound, ranks=blamed, evidence=ev[:4])
+    return _blame_first(ctx, bound, blamed or tuple(sorted(sizes)))
 
 
 @predicate
