@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .match import PredContext, PredResult, _rank_list, _who, field_value, predicate
+from .match import PredContext, PredResult, _odd_ones, _rank_list, _who, field_value, predicate
 
 _NUMS = re.compile(r"(\d+)(?:\s*-\s*(\d+))?")
 #: The most ranks one message may name (a range "0-100000" in a corrupt line must not build a huge tuple).
@@ -74,15 +74,11 @@ def fingerprint_odd_one_out(ctx: PredContext, **args: Any) -> PredResult | None:
             evidence.append(ev)
         for r, fp in found.items():
             fps.setdefault(r, fp)
-    if len(fps) < 3:
+    if len(fps) < 3 or len(set(fps.values())) < 2:
         return None
-    groups: dict[tuple[str, ...], list[int]] = {}
-    for r in sorted(fps):
-        groups.setdefault(fps[r], []).append(r)
-    ordered = sorted(groups.values(), key=lambda rs: (-len(rs), rs[0]))
-    if len(ordered) < 2 or len(ordered[0]) <= len(ordered[1]):
+    ordered, odd = _odd_ones(fps)
+    if odd is None:
         return None
-    odd = tuple(sorted(r for rs in ordered[1:] for r in rs))
     major = fps[ordered[0][0]][0]
     ops = sorted({fps[r][0] for r in odd})
     story = f"{_who(odd)} ran {', '.join(ops)} where {_who(tuple(ordered[0]))} ran {major}"
