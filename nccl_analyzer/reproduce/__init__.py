@@ -7,7 +7,9 @@ from typing import IO, Callable, Iterable, Mapping
 
 from ..model import Diagnosis, Reproduction
 from .compare import (CONFIRMED, INCONCLUSIVE, Analyzer, diagnose_run, excerpt, judge, judge_control, judge_fix)
-from .plan import SCENARIOS, FixPlan, LocalInfo, Plan, Staging, make_fix, make_staging, validate_env
+from .envcheck import validate_env
+from .plan import SCENARIOS, Plan
+from .staging import FixPlan, LocalInfo, Staging, make_fix, make_staging
 from .run import RunInterrupted, local_info, require_torch, run_plan, stop_signals
 
 __all__ = ["reproduce", "stage", "Plan", "Staging", "LocalInfo", "validate_env", "ReproduceInterrupted"]

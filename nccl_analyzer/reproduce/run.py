@@ -18,7 +18,9 @@ from typing import IO, Iterator, Mapping
 
 from .. import procs
 from ..errors import ReproduceError
-from .plan import BASE_ENV_KEYS, INSTALL_HINT, WORKER_MODULE, LocalInfo, Plan, validate_env
+from .envcheck import BASE_ENV_KEYS, validate_env
+from .plan import INSTALL_HINT, WORKER_MODULE, Plan
+from .staging import LocalInfo
 
 MARKER = "NCCL_ANALYZER_REPRO_ID"  # set in every child; finds stragglers that left our process tree
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding nccl_analyzer/

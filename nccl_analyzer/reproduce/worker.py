@@ -10,7 +10,8 @@ import sys
 from typing import Any
 
 from ..errors import ReproduceError
-from .plan import BACKENDS, DTYPES, OPS, SCENARIOS, VARIANTS, WORKER_MODULE, Plan, validate_env
+from .envcheck import validate_env
+from .plan import BACKENDS, DTYPES, OPS, SCENARIOS, VARIANTS, WORKER_MODULE, Plan
 
 # This is a program, not library code: its own output is the log that the analysis reads.
 
