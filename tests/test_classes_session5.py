@@ -1,0 +1,135 @@
+"""The failure classes behind what the session-5 development sets still got wrong (docs/classes-session5.md), each
+built from what the program that prints the line does: multiprocessing's queue feeder thread printing an exception
+and carrying on, ProcessGroupNCCL's per-process "should dump" poll, and torchelastic restarting a worker group
+after a mid-training failure (the root cause is the first failure, not the restarted group's reconnect)."""
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from jobs.jobkit import env, needs_torch  # noqa: E402
+
+from nccl_analyzer.analysis import analyze, analyze_text  # noqa: E402
+from nccl_analyzer.render.text import render_text  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# -- 1. multiprocessing's queue feeder thread -------------------------------------------------------------------
+_FEED = """\
+import multiprocessing as mp, time
+q = mp.Queue()
+q._reader.close()          # the reader's end goes away (a consumer that finished or exited)
+q.put(b"x" * 10)
+time.sleep(0.5)
+print("{after}")
+"""
+
+
+def _feeder_output(after: str = "done") -> str:
+    p = subprocess.run([sys.executable, "-c", _FEED.format(after=after)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0
+    assert "queues.py" in p.stderr and "BrokenPipeError" in p.stderr, p.stderr
+    return p.stderr
+
+
+def test_queue_feeder_broken_pipe_of_a_real_process_is_no_failure():
+    """CPython's feeder thread (queues.py _feed) prints the exception with traceback.print_exc() and keeps feeding:
+    the process ends normally (exit 0). Nothing after it in the log: still no failure."""
+    d = analyze_text(_feeder_output())
+    assert d.root_cause is None, render_text(d, verbose=True)
+    assert [x.reason.split(":")[0] for x in d.dismissed] == ["a caught exception"]
+    assert "queues.py:_feed" in d.dismissed[0].reason
+
+
+def test_the_same_broken_pipe_raised_by_the_program_is_still_the_failure():
+    """Near miss: the program's own send (outermost frame <module>) ending with BrokenPipeError ended the process."""
+    log = ("Traceback (most recent call last):\n"
+           '  File "/work/train.py", line 40, in <module>\n'
+           "    conn.send(batch)\n"
+           '  File "/usr/lib/python3.10/multiprocessing/connection.py", line 206, in send\n'
+           "    self._send_bytes(_ForkingPickler.dumps(obj))\n"
+           '  File "/usr/lib/python3.10/multiprocessing/connection.py", line 373, in _send\n'
+           "    n = write(self._handle, buf)\n"
+           "BrokenPipeError: [Errno 32] Broken pipe\n")
+    d = analyze_text(log)
+    assert d.root_cause is not None, render_text(d, verbose=True)
+
+
+def test_feeder_broken_pipe_beside_the_consumer_s_own_error_leaves_that_error_the_cause():
+    """The reader that closed its end because it failed prints its own error: that decides."""
+    log = _feeder_output() + ("Traceback (most recent call last):\n"
+                              '  File "/work/train.py", line 12, in <module>\n'
+                              "    batch = load(path)\n"
+                              "KeyError: 'image'\n")
+    d = analyze_text(log)
+    assert d.root_cause is not None and d.root_cause.id == "app_exception", render_text(d, verbose=True)
+
+
+# -- 2. the "should dump" poll is one process's -----------------------------------------------------------------
+_DUMP = ('[rank{r}]:[W0412 09:41:07.112233445 ProcessGroupNCCL.cpp:1662] [PG ID 0 PG GUID 0 Rank {r}] Failed to check '
+         'the "should dump" flag on TCPStore, (maybe TCPStore server has shut down too early), with error: Broken pipe\n'
+         '[rank{r}]:[W0412 09:41:07.190011223 TCPStore.cpp:106] [c10d] sendBytes failed on SocketImpl(fd=41, '
+         'addr=[node2]:51022, remote=[node1]:29500): Broken pipe\n')
+_GLOO_LOST = ("[rank{r}]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
+              "[10.0.0.3]:41522\n")
+
+
+def test_should_dump_poll_of_one_rank_does_not_hide_another_rank_s_lost_peer():
+    """ProcessGroupNCCL's heartbeat monitor polls the store for its own process: the store polls of rank 1 say
+    nothing of rank 0's gloo connection that its peer closed."""
+    d = analyze_text(_DUMP.format(r=1) + _GLOO_LOST.format(r=0))
+    assert d.root_cause is not None and d.root_cause.rule == "nccl-remote-peer-closed", render_text(d, verbose=True)
+    assert 1 not in d.root_cause.ranks
+
+
+def test_should_dump_poll_alone_is_still_no_failure():
+    """The guard the exclusion exists for: the store polls alone (the store's host exited first) are no failure."""
+    d = analyze_text(_DUMP.format(r=1) + _DUMP.format(r=2))
+    assert d.root_cause is None, render_text(d, verbose=True)
+
+
+# -- 3. torchelastic restarts after a mid-training failure --------------------------------------------------------
+def _port() -> int:
+    for port in range(29600, 29700):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    pytest.skip("no free port in 29600-29699")
+
+
+@needs_torch
+@pytest.mark.slow
+def test_restarted_group_failing_in_its_reconnect_leaves_the_first_failure_the_cause(tmp_path):
+    """torchrun --max-restarts 1: rank 1 raises at step 3; torchelastic restarts the group and the new attempt
+    fails in gloo's connectFullMesh (or its rendezvous). torchrun's 'Root Cause (first observed failure)' then
+    names a rank of the LAST attempt; the cause is the first attempt's exception. Both the console (torchrun's own
+    lines, per-rank output in files) and the per-attempt log directory are checked."""
+    logs = tmp_path / "logs"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "3", "--max-restarts", "1",
+           "--master-port", str(_port()), "--log-dir", str(logs), "--redirects", "3",
+           str(ROOT / "tests" / "jobs" / "restart_job.py")]
+    console = tmp_path / "console.log"
+    with open(console, "w") as fh:
+        p = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env(), timeout=240, cwd=tmp_path)
+    assert p.returncode != 0
+    attempts = sorted(x.name for x in logs.glob("*/attempt_*"))
+    assert attempts == ["attempt_0", "attempt_1"], attempts
+    text = console.read_text()
+    assert text.count("failed (exitcode:") == 2  # one per attempt
+    for inputs in ([str(console)], [str(logs)]):
+        d = analyze(inputs, workers=1)
+        assert d.root_cause is not None, render_text(d, verbose=True)
+        assert d.root_cause.ranks == (1,), render_text(d, verbose=True)
+        assert d.root_cause.id not in ("network_connect", "rendezvous_unreachable", "peer_exit"), \
+            render_text(d, verbose=True)
+    d = analyze([str(logs)], workers=1)
+    assert d.root_cause.id == "app_exception" and "bad batch at step 3" in d.root_cause.evidence[0].text
