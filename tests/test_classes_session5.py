@@ -133,3 +133,40 @@ def test_restarted_group_failing_in_its_reconnect_leaves_the_first_failure_the_c
             render_text(d, verbose=True)
     d = analyze([str(logs)], workers=1)
     assert d.root_cause.id == "app_exception" and "bad batch at step 3" in d.root_cause.evidence[0].text
+
+
+# -- 4. a communicator the watchdog aborted; a traceback cut before its exception line ----------------------------
+_CUT_TB = ("[1,7]<stderr>:Traceback (most recent call last):\n"
+           '[1,7]<stderr>:  File "train.py", line 210, in <module>\n'
+           "[1,7]<stderr>:    main(cfg)\n"
+           '[1,7]<stderr>:  File "train.py", line 188, in main\n'
+           "[1,7]<stderr>:    loss = trainer.step(batch)\n"
+           '[1,7]<stderr>:  File "/opt/app/trainer.py", line 97, in step\n'
+           "[1,7]<stderr>:    self.engine.backward(loss)\n")
+
+
+def test_comm_aborted_with_no_reason_beside_a_cut_traceback_is_the_watchdog_s_timeout():
+    """NCCLComm::getNcclComm raises 'NCCL communicator was aborted on rank N.' on a communicator the watchdog
+    aborted; with no 'Original reason', that is a collective that timed out. Another rank's traceback cut before
+    its exception line says where that rank was, not what it raised: it is no application exception."""
+    d = analyze_text("[1,3]<stderr>:RuntimeError: NCCL communicator was aborted on rank 3.\n" + _CUT_TB)
+    assert d.root_cause is not None and d.root_cause.id == "watchdog_timeout", render_text(d, verbose=True)
+    assert d.root_cause.ranks == (3,)
+
+
+def test_comm_aborted_with_its_original_reason_is_that_reason():
+    """Near miss: torch >= 1.10 appends the reason the communicator was aborted for: that decides."""
+    d = analyze_text("[rank3]: RuntimeError: NCCL communicator was aborted on rank 3.  Original reason for failure "
+                     "was: NCCL error: unhandled system error, NCCL version 2.14.3\n")
+    assert d.root_cause is not None and d.root_cause.id != "watchdog_timeout", render_text(d, verbose=True)
+
+
+def test_a_cut_traceback_alone_is_a_failure_but_no_application_exception():
+    d = analyze_text(_CUT_TB)
+    assert d.root_cause is not None and d.root_cause.id != "app_exception", render_text(d, verbose=True)
+
+
+def test_a_whole_traceback_is_still_the_application_exception():
+    """Near miss: the same traceback with its exception line is the program's own failure."""
+    d = analyze_text(_CUT_TB + "[1,7]<stderr>:KeyError: 'labels'\n")
+    assert d.root_cause is not None and d.root_cause.id == "app_exception", render_text(d, verbose=True)
