@@ -170,3 +170,23 @@ def test_a_whole_traceback_is_still_the_application_exception():
     """Near miss: the same traceback with its exception line is the program's own failure."""
     d = analyze_text(_CUT_TB + "[1,7]<stderr>:KeyError: 'labels'\n")
     assert d.root_cause is not None and d.root_cause.id == "app_exception", render_text(d, verbose=True)
+
+
+# -- 5. a hard-wrapped paste saved with CRLF line endings -----------------------------------------------------------
+def test_a_hard_wrapped_paste_with_crlf_line_endings_is_rejoined(tmp_path):
+    """A terminal copy hard-wrapped at its width and saved on Windows: every line ends in CR LF. The wrap width is the
+    width of the text, not of the text plus its CR, or the re-join finds no line as long as the width and the
+    heartbeat message (cut inside "watchdog got stuck") stays in pieces."""
+    msg = ("[rank2]:[E1103 08:12:44.118273645 ProcessGroupNCCL.cpp:1743] [PG ID 0 PG GUID 0(default_pg) Rank 2] "
+           "ProcessGroupNCCL's watchdog got stuck for 480 seconds without making progress in monitoring enqueued "
+           "collectives. This typically indicates a NCCL/CUDA API (e.g., CudaEventDestroy) hang blocking the "
+           "watchdog, and could be triggered by another thread holding the GIL inside a CUDA api (for example, "
+           "CudaEventDestroy), or other deadlock-prone behaviors.")
+    width = msg.index("watchdog got stuck") + 4
+    rows = [msg[i:i + width] for i in range(0, len(msg), width)]
+    assert len(rows) >= 3
+    for eol in ("\n", "\r\n"):
+        log = tmp_path / f"paste{len(eol)}.log"
+        log.write_bytes(eol.join(["step 1200 loss 1.93", "step 1210 loss 1.91", *rows]).encode() + eol.encode())
+        d = analyze([str(log)], workers=1)
+        assert d.root_cause is not None and d.root_cause.id == "watchdog_timeout", (repr(eol), render_text(d))
