@@ -190,3 +190,55 @@ def test_a_hard_wrapped_paste_with_crlf_line_endings_is_rejoined(tmp_path):
         log.write_bytes(eol.join(["step 1200 loss 1.93", "step 1210 loss 1.91", *rows]).encode() + eol.encode())
         d = analyze([str(log)], workers=1)
         assert d.root_cause is not None and d.root_cause.id == "watchdog_timeout", (repr(eol), render_text(d))
+
+
+# -- 6. the elastic agent's rendezvous to restart the group ---------------------------------------------------------
+_SITE = "/opt/venv/lib/python3.11/site-packages/torch/distributed"
+
+
+def _agent_rendezvous_timeout(restart: bool) -> str:
+    """torchrun's own traceback when ``next_rendezvous`` times out: from the first ``_initialize_workers`` of
+    ``_invoke_run``, or from ``_restart_workers`` after a worker failed (torch 2.x agent/server/api.py)."""
+    head = (f'  File "{_SITE}/elastic/agent/server/api.py", line 952, in _invoke_run\n'
+            "    self._restart_workers(self._worker_group)\n"
+            f'  File "{_SITE}/elastic/metrics/api.py", line 138, in wrapper\n'
+            "    result = f(*args, **kwargs)\n"
+            f'  File "{_SITE}/elastic/agent/server/api.py", line 736, in _restart_workers\n'
+            "    self._initialize_workers(worker_group)\n") if restart else (
+            f'  File "{_SITE}/elastic/agent/server/api.py", line 916, in _invoke_run\n'
+            "    self._initialize_workers(self._worker_group)\n")
+    return ("Traceback (most recent call last):\n"
+            '  File "/opt/venv/bin/torchrun", line 8, in <module>\n'
+            "    sys.exit(main())\n" + head +
+            f'  File "{_SITE}/elastic/agent/server/api.py", line 713, in _initialize_workers\n'
+            "    self._rendezvous(worker_group)\n"
+            f'  File "{_SITE}/elastic/rendezvous/dynamic_rendezvous.py", line 1158, in next_rendezvous\n'
+            "    self._op_executor.run(join_op, deadline, self._get_deadline)\n"
+            f'  File "{_SITE}/elastic/rendezvous/dynamic_rendezvous.py", line 648, in run\n'
+            "    raise RendezvousTimeoutError\n"
+            "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError\n")
+
+
+_FIRST_FAILURE = (
+    "[rank3]: Traceback (most recent call last):\n"
+    '[rank3]:   File "/work/train.py", line 61, in <module>\n'
+    "[rank3]:     batch = next(it)\n"
+    "[rank3]: ValueError: empty shard /data/shard-0007\n"
+    "W1130 09:14:02.101000 881 torch/distributed/elastic/multiprocessing/api.py:1028] Sending process 905 closing "
+    "signal SIGTERM\n"
+    "E1130 09:14:02.400000 881 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1) "
+    "local_rank: 3 (pid: 908) of binary: /opt/venv/bin/python3\n")
+
+
+def test_the_agent_s_rendezvous_to_restart_after_a_failure_is_no_root_cause():
+    """torchelastic restarts the worker group after rank 3 failed; the agents' new rendezvous times out (the other
+    nodes' agents did not come back). The first failure stays the cause."""
+    d = analyze_text(_FIRST_FAILURE + _agent_rendezvous_timeout(restart=True))
+    assert d.root_cause is not None and d.root_cause.id == "app_exception", render_text(d, verbose=True)
+    assert d.root_cause.ranks == (3,)
+
+
+def test_the_agent_s_first_rendezvous_timing_out_is_still_unreachable():
+    """Near miss: the same timeout in the agent's FIRST rendezvous (no worker ever ran) is the rendezvous failure."""
+    d = analyze_text(_agent_rendezvous_timeout(restart=False))
+    assert d.root_cause is not None and d.root_cause.id == "rendezvous_unreachable", render_text(d, verbose=True)
