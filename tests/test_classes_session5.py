@@ -242,3 +242,18 @@ def test_the_agent_s_first_rendezvous_timing_out_is_still_unreachable():
     """Near miss: the same timeout in the agent's FIRST rendezvous (no worker ever ran) is the rendezvous failure."""
     d = analyze_text(_agent_rendezvous_timeout(restart=False))
     assert d.root_cause is not None and d.root_cause.id == "rendezvous_unreachable", render_text(d, verbose=True)
+
+
+def test_a_dataloader_worker_s_cut_original_traceback_is_still_the_application_exception():
+    """Near miss of the cut traceback: a DataLoader worker's exception is re-raised in the main process with its
+    message 'Caught <Type> in DataLoader worker process N.' and 'Original Traceback ...' (torch/_utils.py
+    ExceptionWrapper): the line before the cut traceback names the exception, and only that wrapper prints an
+    'Original Traceback'; even where the excerpt starts at it, it is an exception the dataset code raised."""
+    log = ("[rank0]: Original Traceback (most recent call last):\n"
+           '[rank0]:   File "/opt/venv/lib/python3.11/site-packages/torch/utils/data/_utils/worker.py", line 351, '
+           "in _worker_loop\n"
+           "[rank0]:     data = fetcher.fetch(index)\n"
+           '[rank0]:   File "/work/data.py", line 40, in __getitem__\n'
+           "[rank0]:     img = Image.open(self.paths[i])\n")
+    d = analyze_text(log)
+    assert d.root_cause is not None and d.root_cause.id == "app_exception", render_text(d, verbose=True)
