@@ -3,11 +3,12 @@ fails as it happens: gloo's reconnect (connectFullMesh) or the rendezvous of the
 import os
 import sys
 import time
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
-dist.init_process_group("gloo")
+dist.init_process_group("gloo", timeout=timedelta(seconds=20))  # a restarted group may hang in init
 rank = dist.get_rank()
 attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 t = torch.ones(4)
