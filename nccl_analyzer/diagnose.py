@@ -261,11 +261,8 @@ def _findings(hits: list[Hit], best: Hit | None, builder: "JobBuilder",
     for h in sorted(hits, key=lambda h: (h.rule.id, h.seq)):
         role = _role_for(h, best, root_ranks or set())
         slot = merged.get((h.rule.id, role))
-        # The root finding names the culprits its predicate chose (the odd one out), not every rank it quoted; so
-        # does any finding whose predicate narrowed its ranks to a subset of them (its title names that subset).
-        narrowed = bool(h.ranks) and set(h.ranks) < set(h.event_ranks or ()) and not h.victims_only
-        own = set(h.ranks) if (role == "root" or narrowed) and h.ranks and h.event_ranks \
-            else set(h.event_ranks or h.ranks)
+        # The root finding names the culprits its predicate chose (the odd one out), not every rank it quoted.
+        own = set(h.ranks) if role == "root" and h.ranks and h.event_ranks else set(h.event_ranks or h.ranks)
         if slot is None:
             merged[(h.rule.id, role)] = {"hit": h, "ranks": own, "hosts": set(h.hosts),
                                          "evidence": list(h.evidence)}
