@@ -50,6 +50,7 @@ class _Err:
     settled: str | None = None  # the dismissal reason once decided
     uncaught: bool = False  # printed by torch's excepthook: it ended the process
     handled: bool = False  # a whole traceback printed by the program's own handler (events.toml [caught] entry)
+    goes_on: str | None = None  # its outermost frame prints it and carries on (events.toml [caught] goes_on)
     parent: "_Err | None" = None
 
 
@@ -125,7 +126,8 @@ class ErrorLedger:
                    str(ev.fields.get("exc_type") or ""), ev.host, ev.pid,
                    uncaught=self.t.caught_uncaught is not None and kind in self.t.caught_kinds
                    and bool(self.t.caught_uncaught.search(ev.text)),
-                   handled=kind in self.t.caught_kinds and self._handled(ev))
+                   handled=kind in self.t.caught_kinds and self._handled(ev),
+                   goes_on=self._goes_on(ev) if kind in self.t.caught_kinds else None)
         if ev.pid is not None:
             proc = (ev.path, ev.host, ev.pid)
             if kind == _TRACE:
@@ -141,6 +143,14 @@ class ErrorLedger:
             return False
         top = frames[0]
         return not self.t.caught_entry.search(f"{top.get('file', '')}:{top.get('function', '')}")
+
+    def _goes_on(self, ev: Event) -> str | None:
+        """The outermost frame ("file:function") of a whole traceback printed by code that carries on, or None."""
+        frames, f = ev.fields.get("frames"), ev.fields
+        if self.t.caught_goes_on is None or not frames or f.get("partial") or f.get("chain"):
+            return None
+        top = f"{frames[0].get('file', '')}:{frames[0].get('function', '')}"
+        return top if self.t.caught_goes_on.search(top) else None
 
     def _refine(self, entry: Any, meaning: Meaning, ev: Event) -> Meaning:
         if entry.subtable == "nccl":
@@ -189,6 +199,9 @@ class ErrorLedger:
                     got = max(got, self.progress.get((path, ("pid", e.host, e.pid)), 0))
                 if e.meaning.harmless is not None:
                     e.settled = f"harmless: {e.meaning.harmless} ({e.meaning.entry})"
+                elif e.goes_on is not None:
+                    e.settled = (f"a caught exception: printed by {e.goes_on.rsplit('/', 1)[-1]}, which carries on "
+                                 "(it never ends the process)")
                 elif e.meaning.retry and got > e.end:
                     e.settled = ("a retry that later succeeded: the same input shows the rank getting further "
                                  f"(line {got})")

@@ -83,6 +83,8 @@ class Tables:
     # handler-printed traceback may be caught with
     caught_entry: re.Pattern[str] | None = None
     caught_handled_ids: frozenset[str] = frozenset()
+    # "file:function" of an outermost frame whose code prints the exception and carries on (never ends the process)
+    caught_goes_on: re.Pattern[str] | None = None
 
     # -- lookups ---------------------------------------------------------------------------------------------
     def nccl_warn(self, file: str | None, msg: str) -> Meaning | None:
@@ -263,7 +265,8 @@ def build_tables(files: Iterable[Path]) -> Tables:
                   caught_exc_type=_compile(caught["exc_type"], "[caught] exc_type") if "exc_type" in caught else None,
                   caught_uncaught=_compile(caught["uncaught"], "[caught] uncaught") if "uncaught" in caught else None,
                   caught_entry=_compile(caught["entry"], "[caught] entry") if "entry" in caught else None,
-                  caught_handled_ids=frozenset(caught.get("handled_ids", ())))
+                  caught_handled_ids=frozenset(caught.get("handled_ids", ())),
+                  caught_goes_on=_compile(caught["goes_on"], "[caught] goes_on") if "goes_on" in caught else None)
 
 
 @lru_cache(maxsize=8)

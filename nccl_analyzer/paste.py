@@ -457,7 +457,8 @@ def _wrap_width(lines: list[str]) -> int:
     non-record; 0 if none."""
     if len(lines) < 2:
         return 0
-    lengths = list(map(len, lines))
+    # a CRLF file's lines still end in "\r" here; the rows _rejoin measures no longer do
+    lengths = [len(s) - (s[-1:] == "\r") for s in lines]
     width = max(lengths)
     if width < 60:
         return 0

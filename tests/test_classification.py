@@ -267,3 +267,13 @@ def test_the_tables_ship_in_the_wheel():
     include = meta["tool"]["hatch"]["build"]["targets"]["wheel"]["force-include"]
     assert include["messages"] == "nccl_analyzer/_data/messages"
     assert {p.name for p in table_files()} >= {"nccl.toml", "events.toml", "text.toml"}
+
+
+def test_the_counts_in_docs_failsafe_md_are_the_tables_counts():
+    """docs/failsafe.md's per-category counts are generated from the catalogue and the tables, never by hand."""
+    import subprocess
+    import sys
+    root = Path(__file__).resolve().parent.parent
+    p = subprocess.run([sys.executable, str(root / "benchmarks" / "failsafe_counts.py"), "--check"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr

@@ -356,9 +356,9 @@ CAUSE_MISSES: dict[tuple[str, str], str] = {
                                                       "kept apart from the process (mapped to rank 1 by its Trees "
                                                       "line) and looks stuck in bootstrap",
     **{("public5_vlmr1257_heartbeat_hardwrapped", t):
-       "the paste is hard-wrapped at 116 columns with blank padding: a prefix, CRLF or interleaved noise changes "
+       "the paste is hard-wrapped at 116 columns with blank padding: a prefix or interleaved noise changes "
        "the line widths the re-join keys on, so the heartbeat message stays in pieces"
-       for t in ("tee_prefix", "srun_label", "k8s_timestamps", "crlf", "noise")},
+       for t in ("tee_prefix", "srun_label", "k8s_timestamps", "noise")},
 }
 
 TRANSFORMS: dict[str, Callable[[Files], Files]] = {

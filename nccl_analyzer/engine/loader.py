@@ -50,6 +50,9 @@ class MatchSpec:
     group_by: str = "job"
     ordered: bool = False
     predicates: tuple[tuple[str, dict[str, Any]], ...] = ()
+    # "job": a ``none`` match cancels the whole group; "rank": only the matches of the same rank (a match with no
+    # rank: of the same input file, whose process cannot be told apart)
+    none_scope: str = "job"
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,8 +214,9 @@ def _parse_match(m: Any, text: str, path: str, lines: dict[str, int]) -> MatchSp
     if not isinstance(m, dict):
         raise RuleError("match must be a table", path=path, line=base)
     for k in m:
-        if k not in ("all", "any", "none", "within", "group_by", "ordered", "predicates"):
-            raise RuleError(f"unknown match key '{k}' (all, any, none, within, group_by, ordered, predicates)",
+        if k not in ("all", "any", "none", "within", "group_by", "ordered", "predicates", "none_scope"):
+            raise RuleError(f"unknown match key '{k}' (all, any, none, within, group_by, ordered, predicates, "
+                            "none_scope)",
                             path=path, line=_line_after(text, base, k))
     out: dict[str, tuple[Selector, ...]] = {}
     for part in ("all", "any", "none"):
@@ -258,8 +262,11 @@ def _parse_match(m: Any, text: str, path: str, lines: dict[str, int]) -> MatchSp
     ordered = m.get("ordered", False)
     if not isinstance(ordered, bool):
         raise RuleError("ordered is true or false", path=path, line=_line_after(text, base, "ordered"))
+    none_scope = m.get("none_scope", "job")
+    if none_scope not in ("job", "rank"):
+        raise RuleError("none_scope is \"job\" or \"rank\"", path=path, line=_line_after(text, base, "none_scope"))
     return MatchSpec(all=out["all"], any=out["any"], none=out["none"], within=float(within) if within else None,
-                     group_by=group_by, ordered=ordered, predicates=tuple(preds))
+                     group_by=group_by, ordered=ordered, predicates=tuple(preds), none_scope=none_scope)
 
 
 def _parse_examples(exs: Any, text: str, path: str, lines: dict[str, int], status: str) -> tuple[Example, ...]:

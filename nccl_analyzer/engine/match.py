@@ -693,3 +693,4 @@ def kind_matches(globs: tuple[str, ...], kind: str) -> bool:
     return any(fnmatch.fnmatchcase(kind, g) for g in globs)
 from . import hang as _hang  # noqa: E402,F401  (registers the hang predicates)
 from . import named as _named  # noqa: E402,F401  (registers the named-rank predicates)
+from . import attempts as _attempts  # noqa: E402,F401  (registers the torchelastic restart predicates)

@@ -258,7 +258,7 @@ class Matcher:
             st.dirty = True
             if st.rule.role == "root" and sl.part != "none":
                 self.dirty = True
-            if sl.part == "none" and st.rule.match.group_by == "job":
+            if sl.part == "none" and st.rule.match.group_by == "job" and st.rule.match.none_scope == "job":
                 self._kill(st, sl)
 
     def _kill(self, st: _RuleState, keep: _Slot) -> None:
@@ -340,9 +340,12 @@ class Matcher:
         all_idx = [i for i, sl in enumerate(st.slots) if sl.part == "all"]
         any_idx = [i for i, sl in enumerate(st.slots) if sl.part == "any"]
         none_idx = [i for i, sl in enumerate(st.slots) if sl.part == "none"]
-        for i in none_idx:
-            if per_slot.get(i):
-                return None
+        if m.none_scope == "rank":
+            per_slot = _cancel_same_rank(per_slot, none_idx, builder)
+        else:
+            for i in none_idx:
+                if per_slot.get(i):
+                    return None
         for i in all_idx:
             if not per_slot.get(i):
                 return None
@@ -513,3 +516,30 @@ def quote(events: list[Event], bound: dict[str, Any] | None = None) -> tuple[Evi
         if len(out) >= EVIDENCE_CAP:
             break
     return tuple(out)
+
+
+def _cancel_same_rank(per_slot: dict[int, list[tuple[int, Event, dict[str, Any]]]], none_idx: list[int],
+                      builder: "JobBuilder") -> dict[int, list[tuple[int, Event, dict[str, Any]]]]:
+    """``none_scope = "rank"``: a ``none`` match cancels the matches of its own rank only (a match of no known rank:
+    those of its input file). Returns the other slots' matches that stay."""
+    ranks: set[int] = set()
+    paths: set[str] = set()
+    for i in none_idx:
+        for it in per_slot.get(i, ()):
+            r = builder.rank_of(it[1])
+            if r is not None:
+                ranks.add(r)
+            paths.add(it[1].path)
+    if not paths:
+        return per_slot
+    out = {}
+    for i, items in per_slot.items():
+        if i in none_idx:
+            continue
+        keep = []
+        for it in items:
+            r = builder.rank_of(it[1])
+            if not (r in ranks if r is not None else it[1].path in paths):
+                keep.append(it)
+        out[i] = keep
+    return out

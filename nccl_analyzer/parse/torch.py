@@ -1452,8 +1452,9 @@ class TorchParser:
             df["via"] = kind
             derived.append(self._event(res[0], exc_line, b.rank, df))
         elif fields.get("msg_kind") == "torch.rendezvous.error":
+            # (with the traceback's frames: a rendezvous the elastic agent runs to restart the group says so there)
             derived.append(self._event("torch.rendezvous.error", exc_line, b.rank,
-                                       {"exc_type": etype, "message": message, "via": kind}))
+                                       {"exc_type": etype, "message": message, "via": kind, "frames": b.frames}))
         if b.child:
             entries = _child_entries(b.msg)
             fields["failures"] = [{k: v for k, v in e.items() if not k.startswith("_")} for e in entries]
