@@ -145,18 +145,16 @@ class Analyzer:
         offsets: dict[str, int] = {}
         total = 0
         self._parallel = True
+        merges: dict[str, parallel.ChatterMerge] = {}  # per input: its ranges' chatter, compacted as one process
         for res in parallel.iter_results(parallel.plan_units(sources, workers), workers, self._inert,
                                             self._stage_only):
             path = res.path
             base = offsets.get(path, 0)
-            for ev in parallel.unpack_batches(res.events):  # one batch of the range at a time, as they go
-                if base:
-                    ev.line += base
-                    if ev.end_line is not None:
-                        ev.end_line += base
-                    numbers = ev.fields.get("line_numbers")
-                    if numbers:
-                        ev.fields["line_numbers"] = [n + base for n in numbers]
+            merge = merges.get(path)
+            if merge is None:
+                merge = merges[path] = parallel.ChatterMerge()
+            # one batch of the range at a time, as they go
+            for ev in merge.fold(_rebased(parallel.unpack_batches(res.events), base), res.n_events, res.n_tail):
                 self.add_event(ev)
             offsets[path] = base + res.lines
             self._lines[path] = offsets[path]
@@ -177,6 +175,10 @@ class Analyzer:
             total += res.lines
             if progress is not None:
                 progress.update(total)
+        for merge in merges.values():
+            for ev in merge.finish():
+                self.add_event(ev)
+            self._extra["compacted"] += merge.compacted
         for s in sources:
             s.lines = offsets.get(s.path, s.lines)
             s.finish_warnings()
@@ -319,6 +321,21 @@ class Analyzer:
             if p not in seen:
                 out.append(InputInfo(path=p, lines=n))
         return out, warnings
+
+
+def _rebased(events: Iterable[Event], base: int) -> Iterable[Event]:
+    """A range's events (line numbers relative to its first line) numbered in the whole file."""
+    if not base:
+        yield from events
+        return
+    for ev in events:
+        ev.line += base
+        if ev.end_line is not None:
+            ev.end_line += base
+        numbers = ev.fields.get("line_numbers")
+        if numbers:
+            ev.fields["line_numbers"] = [n + base for n in numbers]
+        yield ev
 
 
 def split_dumps(specs: Iterable[str], sources: list[Source]) -> tuple[list[Source], list[str]]:

@@ -85,3 +85,58 @@ def test_event_batches_read_back_equal_in_order_and_free_the_list():
     assert got == want and batches == [b"", b"", b""]
     # the strings every event of a batch repeats come back as one object (pickle's memo), as they went
     assert got[0].path is got[1].path and got[0].host is got[1].host
+
+
+def _folded(monkeypatch, log: Path, workers: int) -> tuple[list[tuple], dict]:
+    """(kind, line, text) of every event the analysis folds in, in order, and the diagnosis's stats."""
+    from nccl_analyzer.analysis import Analyzer
+
+    seen: list[tuple] = []
+    orig = Analyzer.add_event
+
+    def add_event(self, ev):
+        seen.append((ev.kind, ev.line, ev.text))
+        orig(self, ev)
+
+    monkeypatch.setattr(Analyzer, "add_event", add_event)
+    d = analyze([str(log)], workers=workers)
+    monkeypatch.setattr(Analyzer, "add_event", orig)
+    return seen, d.stats
+
+
+def test_parallel_folds_in_the_events_one_process_does(big_log, monkeypatch):
+    """Each range compacts its own chatter only; the main process compacts across ranges (ChatterMerge): the
+    events folded in are exactly one process's (each range would else send its processes' first and last
+    collective call, ring, tree and transport line again)."""
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_BYTES", 0)
+    monkeypatch.setattr(parallel, "MIN_CHUNK_BYTES", 64 << 10)
+    monkeypatch.setattr(parallel, "CHUNK_BYTES", 256 << 10)
+    assert len(parallel.plan_units(expand_inputs([str(big_log)]), workers=2, chunk_bytes=256 << 10)) > 4
+    serial, s_stats = _folded(monkeypatch, big_log, 1)
+    par, p_stats = _folded(monkeypatch, big_log, 2)
+    assert sum(k.startswith(("nccl.coll", "nccl.transport", "nccl.ring")) for k, _, _ in serial) > 100
+    assert sorted(par) == sorted(serial)
+    assert par == serial, "and in the same order"
+    for key in ("events", "kinds", "compacted", "lines"):
+        assert p_stats[key] == s_stats[key], key
+
+
+def test_chatter_merge_keeps_the_first_and_the_last_line_of_each_process():
+    from nccl_analyzer.model import Event
+
+    def call(line, pid, op="AllReduce"):
+        body = f"{op}: opCount {line:x} sendbuff 0x7f00 recvbuff 0x7f00 count 1 datatype 7 op 0 root 0 comm 0x1"
+        return Event("nccl.coll", "log", line, f"h:{pid}:{pid} [0] NCCL INFO {body}", host="h", pid=pid,
+                     fields={"level": "INFO", "msg": body})
+
+    m = parallel.ChatterMerge()
+    info = Event("nccl.info", "log", 3, "h:1:1 [0] NCCL INFO x", host="h", pid=1, fields={"level": "INFO", "msg": "x"})
+    # range 1: first calls of pids 1 and 2, then its last call of pid 1 (its end-of-input flush)
+    got = list(m.fold(iter([call(1, 1), call(2, 2), info, call(9, 1)]), 4, 1))
+    assert [e.line for e in got] == [1, 2, 3]
+    # range 2: pid 1's first call again (one process counted it), pid 2's first Broadcast (a new key: the
+    # waiting last line of pid 2, none here, would be dropped), its last calls of pids 1 and 2
+    got = list(m.fold(iter([call(11, 1), call(12, 2, "Broadcast"), call(19, 1), call(18, 2)]), 4, 2))
+    assert [e.line for e in got] == [12]
+    assert [e.line for e in m.finish()] == [18, 19]
+    assert m.compacted == 2  # pid 1's line 9 (replaced by 11, then 11 by 19)
