@@ -153,7 +153,42 @@ def test_small_blocks_same_result(tmp_path, monkeypatch):
     monkeypatch.setattr(sources, "BLOCK", 1 << 13)
     used = []
     real = triage._last_calls
-    monkeypatch.setattr(triage, "_last_calls", lambda t, procs: used.append(len(procs)) or real(t, procs))
+    monkeypatch.setattr(triage, "_last_calls", lambda t, procs, *a: used.append(len(procs)) or real(t, procs, *a))
     fast = _triaged([str(log)])
     _same(fast, slow)
     assert len(used) > 10, "the block mode never engaged"
+
+
+def test_control_characters_in_call_lines_same_result(tmp_path, monkeypatch):
+    # A block with no control character skips call lines on their head and "opCount " (sources.read_text_blocks
+    # reports which blocks hold one); a call line with a control character in its tail is not one the fast path
+    # may skip unread: a bare CR redraws the line (a terminal shows the program's "[rank3]:step ..." printed over
+    # the call line: output, not a call), a BEL is dropped. Both give what the per-line path gives.
+    from nccl_analyzer import sources
+
+    log = tmp_path / "job.log"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "real_log.py"), "--ranks", "16", "--steps", "60",
+                    "-o", str(log)], check=True, capture_output=True)
+    lines = log.read_bytes().split(b"\n")
+    calls = [i for i, b in enumerate(lines) if b" NCCL INFO AllReduce: opCount " in b]
+    assert len(calls) > 500
+    for n, i in enumerate(calls[len(calls) // 3::97]):
+        lines[i] = lines[i] + (b"\x07 tail" if n % 2 else b"\r[rank3]:step 9 loss 1.0")
+    log.write_bytes(b"\n".join(lines))
+    slow = _per_line([str(log)])
+    monkeypatch.setattr(sources, "BLOCK", 1 << 13)
+    flags: list[bool] = []
+    real = sources.read_text_blocks
+
+    def reader(stream, src, sniff=False, controls=None):
+        for item in real(stream, src, sniff, controls):
+            if isinstance(item, str):
+                flags.append(controls[-1])
+            yield item
+
+    monkeypatch.setattr(triage, "read_text_blocks", reader)
+    fast = _triaged([str(log)])
+    _same(fast, slow)
+    assert fast["stats"]["unparsed"] == slow["stats"]["unparsed"], "the redrawn lines are program output"
+    assert fast["stats"]["compacted"] == slow["stats"]["compacted"]
+    assert True in flags and flags.count(False) > 10, "blocks with and without control characters"
