@@ -146,15 +146,17 @@ class Analyzer:
         total = 0
         self._parallel = True
         merges: dict[str, parallel.ChatterMerge] = {}  # per input: its ranges' chatter, compacted as one process
-        for res in parallel.iter_results(parallel.plan_units(sources, workers), workers, self._inert,
-                                            self._stage_only):
+        units = parallel.plan_units(sources, workers)
+        final = {u.source.path: u.index for u in units}  # each input's last range
+        for res in parallel.iter_results(units, workers, self._inert, self._stage_only):
             path = res.path
             base = offsets.get(path, 0)
             merge = merges.get(path)
             if merge is None:
                 merge = merges[path] = parallel.ChatterMerge()
             # one batch of the range at a time, as they go
-            for ev in merge.fold(_rebased(parallel.unpack_batches(res.events), base), res.n_events, res.n_tail):
+            for ev in merge.fold(_rebased(parallel.unpack_batches(res.events), base), res.n_events, res.n_tail,
+                                 _rebased(parallel.unpack_batches(res.lasts or []), base), res.index == final[path]):
                 self.add_event(ev)
             offsets[path] = base + res.lines
             self._lines[path] = offsets[path]
@@ -176,8 +178,6 @@ class Analyzer:
             if progress is not None:
                 progress.update(total)
         for merge in merges.values():
-            for ev in merge.finish():
-                self.add_event(ev)
             self._extra["compacted"] += merge.compacted
         for s in sources:
             s.lines = offsets.get(s.path, s.lines)

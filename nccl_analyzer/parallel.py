@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import heapq
+import itertools
 import multiprocessing
 import os
 import pickle
@@ -68,6 +69,7 @@ class UnitResult:
     counted: int = 0  # lines the fast path accounted for without the full path (triage.py)
     n_events: int = 0  # events in ``events``
     n_tail: int = 0  # of them, the last ones, from the parsers' end-of-input flush (``ChatterMerge``)
+    lasts: list[bytes] | None = None  # the flush's last chatter line of each process (batches; ``ChatterMerge``)
 
 
 def plan_units(sources: list[Source], workers: int = 1, chunk_bytes: int = CHUNK_BYTES) -> list[Unit]:
@@ -199,7 +201,9 @@ def parse_unit(unit: Unit, inert: frozenset[str] = frozenset(), stage_only: froz
                 if out:
                     events.extend(out)
         scanned = len(events)
-        events.extend(es.flush())
+        lasts = []
+        for ev in es.flush():
+            (lasts if chatter_key_of(ev) is not None else events).append(ev)
     finally:
         stream.close()
     n_events = len(events)
@@ -208,7 +212,7 @@ def parse_unit(unit: Unit, inert: frozenset[str] = frozenset(), stage_only: froz
     # thousands of torch blocks of 1-6 KiB each), and unpacks one batch at a time, as it folds them in.
     return UnitResult(unit.index, src.path, pack_batches(events), lineno, es.counts["text"], es.compacted,
                       local.warnings, es.parser_errors, local.cut_lines, local.first_cut, counted, n_events,
-                      n_events - scanned)
+                      n_events - scanned, pack_batches(lasts))
 
 
 #: Events per batch. One pickle of many events stores once what they repeat (kind, path, host: pickle's memo) and
@@ -245,36 +249,33 @@ class ChatterMerge:
     (at 1,000 ranks with 2 workers: 102,786 events instead of one process's 83,316). Folding the ranges in order,
     this keeps what one process keeps: a first line whose (process, key) an earlier range already sent is what
     one process would have counted, and a range's last line of a process waits, as the parser's ``_chatter_last``
-    does, until a later line of that process replaces it or a new key of it goes the full way; the ones still
-    waiting at the end are released by ``finish``, in line order, merged with the last range's other end-of-input
-    events (one process's final flush). ``compacted`` counts the events dropped.
+    does, until a later line of that process replaces it or a new key of it goes the full way. The ones still
+    waiting after the last range are released with that range's other end-of-input events, merged by line (one
+    process's final flush). ``compacted`` counts the events dropped.
     """
 
-    __slots__ = ("seen", "last", "compacted", "_tail")
+    __slots__ = ("seen", "last", "compacted")
 
     def __init__(self) -> None:
         self.seen: set[tuple] = set()
         self.last: dict[tuple, Event] = {}
         self.compacted = 0
-        self._tail: list[Event] = []  # the latest range's end-of-input events that are not chatter
 
-    def fold(self, events: Iterator[Event], n_events: int, n_tail: int) -> Iterator[Event]:
-        """The events of one range (``UnitResult``, already re-based) one process would have produced."""
+    def fold(self, events: Iterator[Event], n_events: int, n_tail: int, lasts: Iterator[Event],
+             final: bool) -> Iterator[Event]:
+        """The events of one range (``UnitResult``, already re-based), then with ``final`` the waiting last lines,
+        as one process would have produced them; ``lasts``: the range's own last chatter line of each process."""
         tail_from = n_events - n_tail
-        # the previous range's other end-of-input events came before anything of this range
-        held, self._tail = self._tail, []
-        yield from held
+        i = -1
         for i, ev in enumerate(events):
-            key = chatter_key_of(ev)
-            if i >= tail_from:
-                if key is None:
-                    self._tail.append(ev)
-                    continue
-                # this range's last chatter line of its process: waits like the parser's _chatter_last
-                if self.last.get((key[0], key[1])) is not None:
-                    self.compacted += 1
-                self.last[(key[0], key[1])] = ev
+            if i == tail_from:
+                self._wait(lasts)
+                if final:
+                    yield from self._merged(ev, events)
+                    return
+                yield ev
                 continue
+            key = chatter_key_of(ev) if i < tail_from else None
             if key is None:
                 yield ev
                 continue
@@ -289,16 +290,24 @@ class ChatterMerge:
             if self.last.pop(proc, None) is not None:
                 self.compacted += 1
             yield ev
+        if i < tail_from:  # no other end-of-input event
+            self._wait(lasts)
+            if final:
+                yield from self._merged(None, iter(()))
 
-    def finish(self) -> list[Event]:
-        """What is still waiting: the last chatter line of each process and the last range's other end-of-input
-        events, in line order (as one process's final flush releases them)."""
-        out = sorted(self.last.values(), key=lambda ev: ev.line)
+    def _wait(self, lasts: Iterator[Event]) -> None:
+        for ev in lasts:
+            key = chatter_key_of(ev)
+            proc = (key[0], key[1]) if key is not None else (ev.host, ev.pid)
+            if self.last.get(proc) is not None:
+                self.compacted += 1
+            self.last[proc] = ev
+
+    def _merged(self, first: Event | None, rest: Iterator[Event]) -> Iterator[Event]:
+        waiting = sorted(self.last.values(), key=lambda ev: ev.line)
         self.last.clear()
-        if self._tail:
-            out = list(heapq.merge(out, self._tail, key=lambda ev: ev.line)) if out else self._tail
-            self._tail = []
-        return out
+        tail = rest if first is None else itertools.chain((first,), rest)
+        yield from heapq.merge(waiting, tail, key=lambda ev: ev.line)
 
 
 def chatter_key_of(ev: Event) -> tuple | None:

@@ -131,12 +131,14 @@ def test_chatter_merge_keeps_the_first_and_the_last_line_of_each_process():
 
     m = parallel.ChatterMerge()
     info = Event("nccl.info", "log", 3, "h:1:1 [0] NCCL INFO x", host="h", pid=1, fields={"level": "INFO", "msg": "x"})
-    # range 1: first calls of pids 1 and 2, then its last call of pid 1 (its end-of-input flush)
-    got = list(m.fold(iter([call(1, 1), call(2, 2), info, call(9, 1)]), 4, 1))
+    end = Event("torch.work.status", "log", 15, "[rank0]: ...", fields={})
+    # range 1: first calls of pids 1 and 2, an INFO line; its last call of pid 1 (its end-of-input flush)
+    got = list(m.fold(iter([call(1, 1), call(2, 2), info]), 3, 0, iter([call(9, 1)]), False))
     assert [e.line for e in got] == [1, 2, 3]
-    # range 2: pid 1's first call again (one process counted it), pid 2's first Broadcast (a new key: the
-    # waiting last line of pid 2, none here, would be dropped), its last calls of pids 1 and 2
-    got = list(m.fold(iter([call(11, 1), call(12, 2, "Broadcast"), call(19, 1), call(18, 2)]), 4, 2))
-    assert [e.line for e in got] == [12]
-    assert [e.line for e in m.finish()] == [18, 19]
-    assert m.compacted == 2  # pid 1's line 9 (replaced by 11, then 11 by 19)
+    # range 2 (the last): pid 1's first call again (one process counted it: it waits as pid 1's last line), pid 2's
+    # first Broadcast (a new key: pid 2's waiting last line, none here, would be dropped), another event of the
+    # flush (line 15), its own last calls of pids 1 and 2: released with it, in line order
+    got = list(m.fold(iter([call(11, 1), call(12, 2, "Broadcast"), end]), 3, 1, iter([call(19, 1), call(13, 2)]),
+                      True))
+    assert [e.line for e in got] == [12, 13, 15, 19]
+    assert m.compacted == 2 and not m.last  # pid 1's line 9 (replaced by 11), then 11 (by 19)
