@@ -453,6 +453,33 @@ def printable(s: str) -> str:
 
 def clean_text(s: str, src: Source, lineno: int, truncated: bool = False) -> Line:
     """Clean one decoded line (no newline) and split off wrapper prefixes."""
+    # Fast paths, for what most lines of a big log are: a line that nothing below would change (an NCCL
+    # "host:pid:tid [dev] NCCL ..." line: it starts with a letter), and torch's "[rankN]:" prefix on an
+    # otherwise plain line. Each tests, in a few C calls, that none of the whole-line rules below applies and that
+    # the start takes none of the prefix branches; anything else goes the full way (``_clean_full``; a test runs
+    # both on every fixture line).
+    c = s[:1]
+    if (c.isalpha() or c == "[") and s.isprintable() and "it]" not in s and "[0m" not in s \
+            and s.find(" [std", 0, 80) < 0 and not (s[-3:-1].isdigit() and ".py:" in s[-12:]):
+        if c == "[":
+            if s.startswith("[rank"):
+                j = s.find("]:", 5, 16)
+                if j > 5 and s[5:j].isdigit():
+                    t = s[j + 2:]
+                    if t[:1] == " ":
+                        t = t[1:]
+                    if t[:2] == "> ":
+                        t = t[2:]
+                    return Line(src.path, lineno, t, s, int(s[5:j]), src.local_rank, None, truncated)
+        elif c not in _VLLM_START and not s.startswith("std"):
+            i = s.find("/", 1, 48)
+            if i < 0 or not s[i + 1:i + 2].isdigit() or " " in s[:i] or ":" in s[:i]:
+                return Line(src.path, lineno, s, s, src.rank, src.local_rank, None, truncated)
+    return _clean_full(s, src, lineno, truncated)
+
+
+def _clean_full(s: str, src: Source, lineno: int, truncated: bool = False) -> Line:
+    """``clean_text`` without its fast paths."""
     s = printable(s)
     raw = s
     if "[0m" in s:

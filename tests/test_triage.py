@@ -192,3 +192,48 @@ def test_control_characters_in_call_lines_same_result(tmp_path, monkeypatch):
     assert fast["stats"]["unparsed"] == slow["stats"]["unparsed"], "the redrawn lines are program output"
     assert fast["stats"]["compacted"] == slow["stats"]["compacted"]
     assert True in flags and flags.count(False) > 10, "blocks with and without control characters"
+
+
+def _edge_lines() -> list[str]:
+    """Lines at the edges of clean_text's fast paths: prefixes and whole-line rules each fast path must leave to
+    the full way."""
+    head = "gpu-node-0001:123:456 [0] NCCL INFO "
+    return [head + "Channel 00/0 : 0[0] -> 1[1] via P2P/IPC", head + "x\tTAB", head + "x\r", head + "a\rb",
+            head + "\x1b[31mred\x1b[0m", head + "bar 10/10 [00:01<00:00, 9.9it]", head + "x [0m",
+            "node [stdout] " + head + "x", "stderr: " + head + "x", "stdhost:1:1 [0] NCCL INFO x",
+            "Done 12 steps", "INFO 04-15 00:31:11 file.py:574] x", "trainer/0 [0]:hello", "role/0 x:y",
+            "host " + "x" * 40 + "/1 y", head + "logged by handler.py:42", "[rank3]:step 1 loss 2.0",
+            "[rank3]: Traceback (most recent call last):", "[rank3]:> quoted", "[rank3]:  two spaces",
+            "[rank]:x", "[rank12345678901]:x", "[rank3] x", "[rank3]:[E1129 15:22:25.4 ProcessGroupNCCL.cpp:689] y",
+            "[rank3]:x\x07", "[default0]:x", "[1,0]<stderr>:x", "[2026-11-29 13:53:31] " + head + "x",
+            "éhost:1:1 [0] NCCL INFO x", "Éhost:1:1 [0] NCCL INFO x", "Warn: x", "[rank3]:**bold**", "`x`",
+            "[rank3]:step ²", "a" * 70000,
+            "Epoch 1:  10%|#         | 1021/100000 [45:39<51:20:53, 1.87s/it][rank2]:[E723 12:00:00.1 x.cpp:1] y",
+            "epoch 1:  10%|#         | 1021/100000 [45:39<51:20:53, 1.87s/it][rank2]:[E723 12:00:00.1 x.cpp:1] y",
+            "[rank1]:Epoch 1: 5/10 [00:05<00:05, 1.00s/it][rank2]:[E723 12:00:00.1 x.cpp:1] y",
+            "INFO     Loading checkpoint          trainer.py:42", "[rank0]:INFO  Saving shard          io.py:7"]
+
+
+def test_clean_text_fast_paths_equal_the_full_way():
+    # clean_text's fast paths (plain lines, "[rankN]:" lines) give exactly what the full cleaning gives, on every
+    # line of every fixture (held-out sets excepted) and on the edge cases each fast path must leave to it.
+    from nccl_analyzer.sources import Source, _clean_full, clean_text
+
+    src = Source(path="x.log", real=None)
+    ranked = Source(path="x.log", real=None, rank=7, local_rank=3)
+    n = fast = 0
+    lines = [s for p in _fixture_logs() for s in p.read_text(encoding="utf-8", errors="replace").splitlines()]
+    for s in lines + _edge_lines():
+        for sc in (src, ranked):
+            try:
+                want = _clean_full(s, sc, 5, False)
+            except ValueError:  # (a "[rank²]:" the full way cannot read either)
+                with pytest.raises(ValueError):
+                    clean_text(s, sc, 5, False)
+                continue
+            got = clean_text(s, sc, 5, False)
+            assert got == want, s
+            n += 1
+            # (a line both ways leave as it is is what the plain fast path returns)
+            fast += got.text == s and got.raw == s and got.time is None
+    assert n > 20000 and fast > n // 3
