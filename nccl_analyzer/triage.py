@@ -85,12 +85,12 @@ def _pattern(inert: frozenset[str], skip_coll: bool = False, runs: tuple[str, ..
     shapes = [rx for kind, rx in INERT_SHAPES if kind in inert]
     # stage-only kinds (``runs``): group s<i> is the i-th kind's shape
     run_alts = "".join(f"|(?P<s{i}>{dict(INERT_SHAPES)[k]}) *" for i, k in enumerate(runs))
-    coll = ""
-    if skip_coll and clean:
-        coll = r"|\w+: opCount "
-    elif skip_coll:
+    if skip_coll and not clean:
         shapes.append(r"\w+: opCount " + _CLEAN + r"*")
-    skip = (r"(?!" + _PLAIN_HEAD + "(?:(?:" + "|".join(shapes) + r") *(?![^\n])" + coll + "))") if shapes else ""
+    alts = [r"(?:" + "|".join(shapes) + r") *(?![^\n])"] if shapes else []
+    if skip_coll and clean:
+        alts.append(r"\w+: opCount ")
+    skip = (r"(?!" + _PLAIN_HEAD + "(?:" + "|".join(alts) + "))") if alts else ""
     return re.compile(
         r"\n" + skip + r"(?:" + _HEAD + r"(?:(?P<op>\w+): opCount " + _CLEAN + r"*|(?P<tr>Channel \d+/\d+ : " +
         _CLEAN + r"* via " + _CLEAN + r"*)|(?P<rt>(?:Ring |Trees|Tree |Channel )" + _CLEAN + r"*)" + run_alts +

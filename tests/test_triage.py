@@ -237,3 +237,18 @@ def test_clean_text_fast_paths_equal_the_full_way():
             # (a line both ways leave as it is is what the plain fast path returns)
             fast += got.text == s and got.raw == s and got.time is None
     assert n > 20000 and fast > n // 3
+
+
+def test_clean_block_pattern_skips_what_the_old_one_skips():
+    # The clean-block variant of the block pattern skips a call line on its head (with or without inert kinds:
+    # a rule reading Cuda Alloc lines leaves none inert) and still matches every other line.
+    call = "h-1.x:12:34 [0] NCCL INFO AllReduce: opCount 1f sendbuff 0x7f00 recvbuff 0x7f00 count 8 datatype 7"
+    alloc = "h-1.x:12:34 [0] NCCL INFO channel.cc:1620 Cuda Alloc Size 12 pointer 0x7f5589f49000"
+    other = "h-1.x:12:34 [0] NCCL INFO Bootstrap: Using eth0:10.0.0.10<0>"
+    for inert in (frozenset(), frozenset({"nccl.alloc"})):
+        old, new = triage._pattern(inert, True), triage._pattern(inert, True, clean=True)
+        for line in (call, alloc, other, "[rank0]:step 1 loss 2.0"):
+            a, b = old.search("\n" + line), new.search("\n" + line)
+            assert (a is None) == (b is None), (sorted(inert), line)
+            assert a is None or a.group(0) == b.group(0)
+        assert new.search("\n" + call) is None
