@@ -376,9 +376,14 @@ def analyze(specs: Inputs, rules_dirs: Inputs = (), stdin_name: str = "-",
     total = 0
     try:
         workers = parallel.worker_count() if workers is None else workers
-        if parallel.should_parallelize(text_sources, workers):
+        wide = parallel.should_parallelize(text_sources, workers)
+        if wide:
             for src in text_sources:
                 src.fast = plain_raw(src)
+            # a source whose lines are rewritten first (a paste, binary bytes at its head: iter_source) can only be
+            # read whole, in order: then every input is read here, as with one worker
+            wide = all(src.fast for src in text_sources)
+        if wide:
             a.run_parallel(text_sources, workers, progress)
         else:
             for src in text_sources:

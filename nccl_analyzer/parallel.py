@@ -195,9 +195,10 @@ def parse_unit(unit: Unit, inert: frozenset[str] = frozenset(), stage_only: froz
             lineno, counted = res.lines, res.counted
         else:
             # The main process sniffed the source for binary content before planning (analysis.analyze).
+            lineno = 0
             for s, truncated in read_text_lines(limited, local, sniff=False):
                 lineno += 1
-                out = feed(clean_text(s, local, lineno, truncated))
+                out = es.feed(clean_text(s, local, lineno, truncated))
                 if out:
                     events.extend(out)
         scanned = len(events)

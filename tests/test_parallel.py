@@ -142,3 +142,22 @@ def test_chatter_merge_keeps_the_first_and_the_last_line_of_each_process():
                       True))
     assert [e.line for e in got] == [12, 13, 15, 19]
     assert m.compacted == 2 and not m.last  # pid 1's line 9 (replaced by 11), then 11 (by 19)
+
+
+def test_a_source_read_line_by_line_is_read_in_one_process(big_log, monkeypatch):
+    # A source whose lines are rewritten before parsing (a paste, binary bytes at its head: plain_raw is False)
+    # cannot be cut into ranges: with workers the analysis reads it as one process does (it used to reach the
+    # workers' per-line branch, which raised UnboundLocalError), and that branch works when called.
+    from nccl_analyzer import analysis
+
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_BYTES", 0)
+    monkeypatch.setattr(parallel, "MIN_CHUNK_BYTES", 64 << 10)
+    monkeypatch.setattr(analysis, "plain_raw", lambda src: False)
+    serial = analyze([str(big_log)], workers=1)
+    par = analyze([str(big_log)], workers=2)
+    assert par.root_cause is not None and par.root_cause.to_dict() == serial.root_cause.to_dict()
+    assert par.inputs == serial.inputs
+    src = expand_inputs([str(big_log)])[0]
+    src.fast = False
+    res = parallel.parse_unit(parallel.Unit(0, src))
+    assert res.lines == len(big_log.read_text().splitlines()) and res.n_events > 0
