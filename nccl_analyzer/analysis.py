@@ -145,18 +145,18 @@ class Analyzer:
         offsets: dict[str, int] = {}
         total = 0
         self._parallel = True
-        for res in parallel.iter_results(parallel.plan_units(sources, workers), workers, self._inert,
-                                            self._stage_only):
+        merges: dict[str, parallel.ChatterMerge] = {}  # per input: its ranges' chatter, compacted as one process
+        units = parallel.plan_units(sources, workers)
+        final = {u.source.path: u.index for u in units}  # each input's last range
+        for res in parallel.iter_results(units, workers, self._inert, self._stage_only):
             path = res.path
             base = offsets.get(path, 0)
-            for ev in parallel.unpack_batches(res.events):  # one batch of the range at a time, as they go
-                if base:
-                    ev.line += base
-                    if ev.end_line is not None:
-                        ev.end_line += base
-                    numbers = ev.fields.get("line_numbers")
-                    if numbers:
-                        ev.fields["line_numbers"] = [n + base for n in numbers]
+            merge = merges.get(path)
+            if merge is None:
+                merge = merges[path] = parallel.ChatterMerge()
+            # one batch of the range at a time, as they go
+            for ev in merge.fold(_rebased(parallel.unpack_batches(res.events), base), res.n_events, res.n_tail,
+                                 _rebased(parallel.unpack_batches(res.lasts or []), base), res.index == final[path]):
                 self.add_event(ev)
             offsets[path] = base + res.lines
             self._lines[path] = offsets[path]
@@ -177,6 +177,8 @@ class Analyzer:
             total += res.lines
             if progress is not None:
                 progress.update(total)
+        for merge in merges.values():
+            self._extra["compacted"] += merge.compacted
         for s in sources:
             s.lines = offsets.get(s.path, s.lines)
             s.finish_warnings()
@@ -321,6 +323,21 @@ class Analyzer:
         return out, warnings
 
 
+def _rebased(events: Iterable[Event], base: int) -> Iterable[Event]:
+    """A range's events (line numbers relative to its first line) numbered in the whole file."""
+    if not base:
+        yield from events
+        return
+    for ev in events:
+        ev.line += base
+        if ev.end_line is not None:
+            ev.end_line += base
+        numbers = ev.fields.get("line_numbers")
+        if numbers:
+            ev.fields["line_numbers"] = [n + base for n in numbers]
+        yield ev
+
+
 def split_dumps(specs: Iterable[str], sources: list[Source]) -> tuple[list[Source], list[str]]:
     """Separate Flight Recorder dumps (found by content, flight/) from the text logs: dumps are read as dumps
     (``Analyzer.add_flight_dumps``), never as text."""
@@ -359,9 +376,14 @@ def analyze(specs: Inputs, rules_dirs: Inputs = (), stdin_name: str = "-",
     total = 0
     try:
         workers = parallel.worker_count() if workers is None else workers
-        if parallel.should_parallelize(text_sources, workers):
+        wide = parallel.should_parallelize(text_sources, workers)
+        if wide:
             for src in text_sources:
                 src.fast = plain_raw(src)
+            # a source whose lines are rewritten first (a paste, binary bytes at its head: iter_source) can only be
+            # read whole, in order: then every input is read here, as with one worker
+            wide = all(src.fast for src in text_sources)
+        if wide:
             a.run_parallel(text_sources, workers, progress)
         else:
             for src in text_sources:

@@ -9,6 +9,8 @@ into the analysis in input order, so the result does not depend on the number of
 from __future__ import annotations
 
 import gc
+import heapq
+import itertools
 import multiprocessing
 import os
 import pickle
@@ -21,6 +23,7 @@ from typing import Iterator
 from . import triage
 from .classify import EventStream
 from .model import Event
+from .parse.nccl import _CACHE_SIZE as _CHATTER_CAP, _chatter_key
 from .sources import Source, clean_text, open_binary, read_text_lines
 
 #: Below this many bytes in total, one process is faster than starting workers.
@@ -64,6 +67,9 @@ class UnitResult:
     cut_lines: int = 0  # lines cut to MAX_LINE in this unit
     first_cut: int = 0  # the first of them, relative to the unit's first line
     counted: int = 0  # lines the fast path accounted for without the full path (triage.py)
+    n_events: int = 0  # events in ``events``
+    n_tail: int = 0  # of them, the last ones, from the parsers' end-of-input flush (``ChatterMerge``)
+    lasts: list[bytes] | None = None  # the flush's last chatter line of each process (batches; ``ChatterMerge``)
 
 
 def plan_units(sources: list[Source], workers: int = 1, chunk_bytes: int = CHUNK_BYTES) -> list[Unit]:
@@ -189,19 +195,25 @@ def parse_unit(unit: Unit, inert: frozenset[str] = frozenset(), stage_only: froz
             lineno, counted = res.lines, res.counted
         else:
             # The main process sniffed the source for binary content before planning (analysis.analyze).
+            lineno = 0
             for s, truncated in read_text_lines(limited, local, sniff=False):
                 lineno += 1
-                out = feed(clean_text(s, local, lineno, truncated))
+                out = es.feed(clean_text(s, local, lineno, truncated))
                 if out:
                     events.extend(out)
-        events.extend(es.flush())
+        scanned = len(events)
+        lasts = []
+        for ev in es.flush():
+            (lasts if chatter_key_of(ev) is not None else events).append(ev)
     finally:
         stream.close()
+    n_events = len(events)
     # Sent in compressed batches (pack_batches): the main process holds the events of up to ``workers`` ranges at a
     # time (the first range of a 1,000-rank job: 53,000 init events; one with the end of a failed job: tens of
     # thousands of torch blocks of 1-6 KiB each), and unpacks one batch at a time, as it folds them in.
     return UnitResult(unit.index, src.path, pack_batches(events), lineno, es.counts["text"], es.compacted,
-                      local.warnings, es.parser_errors, local.cut_lines, local.first_cut, counted)
+                      local.warnings, es.parser_errors, local.cut_lines, local.first_cut, counted, n_events,
+                      n_events - scanned, pack_batches(lasts))
 
 
 #: Events per batch. One pickle of many events stores once what they repeat (kind, path, host: pickle's memo) and
@@ -227,6 +239,90 @@ def unpack_batches(batches: list[bytes]) -> Iterator[Event]:
     for i, b in enumerate(batches):
         batches[i] = b""
         yield from pickle.loads(zlib.decompress(b))
+
+
+class ChatterMerge:
+    """The NCCL parser's compact mode across ranges, in the main process (``Analyzer.run_parallel``).
+
+    A worker compacts the chatter of its own range only (``NcclParser``: the first line of each (process,
+    chatter key) becomes an event, the last one of each process becomes one at the end of the range), so every
+    range sends its processes' first collective call, ring, tree and transport line again, and its last ones
+    (at 1,000 ranks with 2 workers: 102,786 events instead of one process's 83,316). Folding the ranges in order,
+    this keeps what one process keeps: a first line whose (process, key) an earlier range already sent is what
+    one process would have counted, and a range's last line of a process waits, as the parser's ``_chatter_last``
+    does, until a later line of that process replaces it or a new key of it goes the full way. The ones still
+    waiting after the last range are released with that range's other end-of-input events, merged by line (one
+    process's final flush). ``compacted`` counts the events dropped.
+    """
+
+    __slots__ = ("seen", "last", "compacted")
+
+    def __init__(self) -> None:
+        self.seen: set[tuple] = set()
+        self.last: dict[tuple, Event] = {}
+        self.compacted = 0
+
+    def fold(self, events: Iterator[Event], n_events: int, n_tail: int, lasts: Iterator[Event],
+             final: bool) -> Iterator[Event]:
+        """The events of one range (``UnitResult``, already re-based), then with ``final`` the waiting last lines,
+        as one process would have produced them; ``lasts``: the range's own last chatter line of each process."""
+        tail_from = n_events - n_tail
+        i = -1
+        for i, ev in enumerate(events):
+            if i == tail_from:
+                self._wait(lasts)
+                if final:
+                    yield from self._merged(ev, events)
+                    return
+                yield ev
+                continue
+            key = chatter_key_of(ev) if i < tail_from else None
+            if key is None:
+                yield ev
+                continue
+            proc = (key[0], key[1])
+            if key in self.seen:
+                if self.last.get(proc) is not None:
+                    self.compacted += 1
+                self.last[proc] = ev
+                continue
+            if len(self.seen) < _CHATTER_CAP:
+                self.seen.add(key)
+            if self.last.pop(proc, None) is not None:
+                self.compacted += 1
+            yield ev
+        if i < tail_from:  # no other end-of-input event
+            self._wait(lasts)
+            if final:
+                yield from self._merged(None, iter(()))
+
+    def _wait(self, lasts: Iterator[Event]) -> None:
+        for ev in lasts:
+            key = chatter_key_of(ev)
+            proc = (key[0], key[1]) if key is not None else (ev.host, ev.pid)
+            if self.last.get(proc) is not None:
+                self.compacted += 1
+            self.last[proc] = ev
+
+    def _merged(self, first: Event | None, rest: Iterator[Event]) -> Iterator[Event]:
+        waiting = sorted(self.last.values(), key=lambda ev: ev.line)
+        self.last.clear()
+        tail = rest if first is None else itertools.chain((first,), rest)
+        yield from heapq.merge(waiting, tail, key=lambda ev: ev.line)
+
+
+def chatter_key_of(ev: Event) -> tuple | None:
+    """(host, pid, chatter key) of an event the NCCL parser's compact mode would have compacted by, else None
+    (a prefixed INFO line: ``NcclParser.feed``; legacy and cut prefixes carry ``prefix`` and are never
+    compacted)."""
+    if ev.pid is None or ev.host is None or not ev.kind.startswith("nccl."):
+        return None
+    f = ev.fields
+    if f.get("level") != "INFO" or "prefix" in f:
+        return None
+    msg = f.get("msg")
+    ckey = _chatter_key(msg) if isinstance(msg, str) else None
+    return None if ckey is None else (ev.host, ev.pid, ckey)
 
 
 class _Limited:

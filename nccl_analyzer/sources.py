@@ -330,10 +330,16 @@ def read_text_lines(stream: BinaryIO, src: Source, sniff: bool = True) -> Iterat
             yield item  # type: ignore[misc]
 
 
-def read_text_blocks(stream: BinaryIO, src: Source, sniff: bool = False) -> Iterator[str | tuple[str, bool]]:
+def read_text_blocks(stream: BinaryIO, src: Source, sniff: bool = False,
+                     controls: list[bool] | None = None) -> Iterator[str | tuple[str, bool]]:
     """Decoded input in 1 MiB pieces: a ``str`` of whole lines (joined by newlines, no final one; a line in it
     may be longer than MAX_LINE: the reader cuts it), or a ``(line, truncated)`` tuple for the head of a line
     longer than a block and for a last line without newline. Bounded memory.
+
+    ``controls``: for each ``str`` piece, just before it is yielded, whether it holds a control character
+    other than tab and newline (one ``bytes.translate`` of the raw piece, ~1 GB/s; ``triage.scan`` then need not
+    test every line it skips for one: a control byte is never part of a multi-byte UTF-8 sequence, and
+    decoding never makes one).
 
     With ``sniff`` the first block is checked for binary content (``sniff_binary``): ``binary`` is set (the
     lines are still read: a log may follow junk); an ELF file yields nothing and gets ``skipped``.
@@ -384,6 +390,8 @@ def read_text_blocks(stream: BinaryIO, src: Source, sniff: bool = False) -> Iter
                 continue
             chunk = pending + block[:cut]
             pending = block[cut + 1:]
+            if controls is not None:
+                controls.append(bool(chunk.translate(None, _NOT_CONTROL)))
             yield chunk.decode("utf-8", "replace")
             if len(pending) > MAX_LINE:
                 yield pending[:MAX_LINE].decode("utf-8", "replace"), True
@@ -395,6 +403,11 @@ def read_text_blocks(stream: BinaryIO, src: Source, sniff: bool = False) -> Iter
         src.warnings.append(f"read error after {src.lines} lines: {exc}; analyzed what was readable")
     if pending:
         yield pending.decode("utf-8", "replace"), False
+
+
+#: Every byte but the control characters (tab and newline kept): ``bytes.translate(None, _NOT_CONTROL)`` leaves
+#: only the control bytes.
+_NOT_CONTROL = bytes(i for i in range(256) if not (i < 9 or 10 < i < 32 or i == 127))
 
 
 def plain_raw(src: Source) -> bool:
@@ -440,6 +453,33 @@ def printable(s: str) -> str:
 
 def clean_text(s: str, src: Source, lineno: int, truncated: bool = False) -> Line:
     """Clean one decoded line (no newline) and split off wrapper prefixes."""
+    # Fast paths, for what most lines of a big log are: a line that nothing below would change (an NCCL
+    # "host:pid:tid [dev] NCCL ..." line: it starts with a letter), and torch's "[rankN]:" prefix on an
+    # otherwise plain line. Each tests, in a few C calls, that none of the whole-line rules below applies and that
+    # the start takes none of the prefix branches; anything else goes the full way (``_clean_full``; a test runs
+    # both on every fixture line).
+    c = s[:1]
+    if (c.isalpha() or c == "[") and s.isprintable() and "it]" not in s and "[0m" not in s \
+            and s.find(" [std", 0, 80) < 0 and not (s[-3:-1].isdigit() and ".py:" in s[-12:]):
+        if c == "[":
+            if s.startswith("[rank"):
+                j = s.find("]:", 5, 16)
+                if j > 5 and s[5:j].isdigit():
+                    t = s[j + 2:]
+                    if t[:1] == " ":
+                        t = t[1:]
+                    if t[:2] == "> ":
+                        t = t[2:]
+                    return Line(src.path, lineno, t, s, int(s[5:j]), src.local_rank, None, truncated)
+        elif c not in _VLLM_START and not s.startswith("std"):
+            i = s.find("/", 1, 48)
+            if i < 0 or not s[i + 1:i + 2].isdigit() or " " in s[:i] or ":" in s[:i]:
+                return Line(src.path, lineno, s, s, src.rank, src.local_rank, None, truncated)
+    return _clean_full(s, src, lineno, truncated)
+
+
+def _clean_full(s: str, src: Source, lineno: int, truncated: bool = False) -> Line:
+    """``clean_text`` without its fast paths."""
     s = printable(s)
     raw = s
     if "[0m" in s:

@@ -69,32 +69,41 @@ _PREV_HEAD = re.compile(r"(?:\[[\d :.,/T+-]+\] )?[\w.-]+:(\d+):\d+ \[\d+\] NCCL 
 # A collective-call line ("AllReduce: opCount 1f sendbuff ..."), its process ("host:pid") and call name.
 _COLL = r"\n(?:\[[\d :.,/T+-]+\] )?([\w.-]+:\d+):\d+ \[\d+\] NCCL INFO (\w+): opCount " + _CLEAN + r"*(?![^\n])"
 _COLL_RE = re.compile(_COLL)
+# The same in a block with no control character (``read_text_blocks``' ``controls``): every line ends clean, so
+# the head and "opCount " decide (the regex engine no longer walks the rest of each of the block's call lines).
+_COLL_CLEAN_RE = re.compile(_COLL[:-len(_CLEAN + r"*(?![^\n])")])
 # Chatter kinds that, when all inert, leave collective calls as the only chatter a block can hold.
 _OTHER_CHATTER = frozenset({"nccl.ring", "nccl.tree", "nccl.trees", "nccl.channel"})
 _TAIL = 1 << 16
 _OTHER_RE = re.compile(r"\n" + _PLAIN_HEAD + "(?:" + "|".join(rx for kind, rx in INERT_SHAPES if kind in _OTHER_CHATTER) + ")")
 
 
-def _pattern(inert: frozenset[str], skip_coll: bool = False, runs: tuple[str, ...] = ()) -> re.Pattern[str]:
+def _pattern(inert: frozenset[str], skip_coll: bool = False, runs: tuple[str, ...] = (),
+             clean: bool = False) -> re.Pattern[str]:
+    """The block pattern; ``clean``: for a block with no control character (a call line is skipped on its head
+    and "opCount ", its rest is clean anyway)."""
     shapes = [rx for kind, rx in INERT_SHAPES if kind in inert]
     # stage-only kinds (``runs``): group s<i> is the i-th kind's shape
     run_alts = "".join(f"|(?P<s{i}>{dict(INERT_SHAPES)[k]}) *" for i, k in enumerate(runs))
-    if skip_coll:
+    if skip_coll and not clean:
         shapes.append(r"\w+: opCount " + _CLEAN + r"*")
-    skip = (r"(?!" + _PLAIN_HEAD + "(?:" + "|".join(shapes) + r") *(?![^\n]))") if shapes else ""
+    alts = [r"(?:" + "|".join(shapes) + r") *(?![^\n])"] if shapes else []
+    if skip_coll and clean:
+        alts.append(r"\w+: opCount ")
+    skip = (r"(?!" + _PLAIN_HEAD + "(?:" + "|".join(alts) + "))") if alts else ""
     return re.compile(
         r"\n" + skip + r"(?:" + _HEAD + r"(?:(?P<op>\w+): opCount " + _CLEAN + r"*|(?P<tr>Channel \d+/\d+ : " +
         _CLEAN + r"* via " + _CLEAN + r"*)|(?P<rt>(?:Ring |Trees|Tree |Channel )" + _CLEAN + r"*)" + run_alts +
         r")(?![^\n])|[^\n]*)")
 
 
-_PATTERNS: dict[tuple[frozenset[str], bool, tuple[str, ...]], re.Pattern[str]] = {}
+_PATTERNS: dict[tuple[frozenset[str], bool, tuple[str, ...], bool], re.Pattern[str]] = {}
 
 
-def _compiled(inert: frozenset[str], skip_coll: bool, runs: tuple[str, ...] = ()) -> re.Pattern[str]:
-    rx = _PATTERNS.get((inert, skip_coll, runs))
+def _compiled(inert: frozenset[str], skip_coll: bool, runs: tuple[str, ...] = (), clean: bool = False) -> re.Pattern[str]:
+    rx = _PATTERNS.get((inert, skip_coll, runs, clean))
     if rx is None:
-        rx = _PATTERNS[(inert, skip_coll, runs)] = _pattern(inert, skip_coll, runs)
+        rx = _PATTERNS[(inert, skip_coll, runs, clean)] = _pattern(inert, skip_coll, runs, clean)
     return rx
 
 
@@ -108,7 +117,7 @@ def run_kinds_of(stage_only: frozenset[str]) -> frozenset[str]:
     return frozenset(k for k in stage_only if k not in _OTHER_CHATTER and fixed_stage(k) is not None)
 
 
-def _last_calls(t: str, procs: set[str]) -> dict[str, int]:
+def _last_calls(t: str, procs: set[str], coll: re.Pattern[str] = _COLL_RE) -> dict[str, int]:
     """Index in ``t`` of the last collective-call line of each process in ``procs`` (searched from the end in
     growing windows: ranks log round robin, so the last window usually holds them all)."""
     found: dict[str, int] = {}
@@ -118,7 +127,7 @@ def _last_calls(t: str, procs: set[str]) -> dict[str, int]:
         start = t.rfind("\n", 0, max(0, end - size)) if end > size else 0
         start = max(start, 0)
         here: dict[str, int] = {}
-        for m in _COLL_RE.finditer(t, start, end):
+        for m in coll.finditer(t, start, end):
             here[m.group(1)] = m.start()
         for proc, pos in here.items():
             found.setdefault(proc, pos)
@@ -153,6 +162,8 @@ def scan(stream, src: Source, es: EventStream, inert: frozenset[str], emit: Call
     # Block mode needs a block whose only chatter is collective calls: with the other chatter kinds inert that holds
     # for every block; else (the job model's stage tracking reads rings/trees/channels) it is checked per block.
     rx_skip = _compiled(inert, True, run_kinds)
+    rx_skip_clean = _compiled(inert, True, run_kinds, True)
+    controls: list[bool] = []  # per block read: whether it holds a control character (read_text_blocks)
     other = None if _OTHER_CHATTER <= inert else _OTHER_RE
     nccl = es._nccl
     nccl.chatter_src = src
@@ -189,7 +200,7 @@ def scan(stream, src: Source, es: EventStream, inert: frozenset[str], emit: Call
     fast_calls: set[tuple[str, str]] = set()  # the same for collective calls, as ("host:pid", call)
     pids: dict[str, int] = {}
     fed = 0
-    for item in read_text_blocks(stream, src):
+    for item in read_text_blocks(stream, src, controls=controls):
         if item.__class__ is not str:
             lineno += 1
             s, truncated = item  # type: ignore[misc]
@@ -201,6 +212,7 @@ def scan(stream, src: Source, es: EventStream, inert: frozenset[str], emit: Call
                 emit(events)
             continue
         t = "\n" + item  # type: ignore[operator]
+        clean = not controls.pop()
         n = len(t)
         count = t.count
         base = lineno
@@ -211,9 +223,10 @@ def scan(stream, src: Source, es: EventStream, inert: frozenset[str], emit: Call
             # Block mode: when every collective-call line of this block repeats a (process, call) already seen
             # and no other chatter can be here, the calls never leave the regex engine either; afterwards only
             # the last call of each process is looked up (what the per-line path would keep).
-            calls = _COLL_RE.findall(t)
+            coll = _COLL_CLEAN_RE if clean else _COLL_RE
+            calls = coll.findall(t)
             if calls and all(k in fast_calls for k in set(calls)):
-                rx = rx_skip
+                rx = rx_skip_clean if clean else rx_skip
             else:
                 calls = None
         search = rx.search
@@ -299,7 +312,7 @@ def scan(stream, src: Source, es: EventStream, inert: frozenset[str], emit: Call
         lineno += count("\n", pos)
         if calls is not None:
             nccl.compacted += len(calls)
-            lasts = sorted((i, proc) for proc, i in _last_calls(t, {c[0] for c in calls}).items())
+            lasts = sorted((i, proc) for proc, i in _last_calls(t, {c[0] for c in calls}, coll).items())
             at, ln = 0, base
             for i, proc in lasts:
                 ln += count("\n", at, i + 1)

@@ -85,3 +85,79 @@ def test_event_batches_read_back_equal_in_order_and_free_the_list():
     assert got == want and batches == [b"", b"", b""]
     # the strings every event of a batch repeats come back as one object (pickle's memo), as they went
     assert got[0].path is got[1].path and got[0].host is got[1].host
+
+
+def _folded(monkeypatch, log: Path, workers: int) -> tuple[list[tuple], dict]:
+    """(kind, line, text) of every event the analysis folds in, in order, and the diagnosis's stats."""
+    from nccl_analyzer.analysis import Analyzer
+
+    seen: list[tuple] = []
+    orig = Analyzer.add_event
+
+    def add_event(self, ev):
+        seen.append((ev.kind, ev.line, ev.text))
+        orig(self, ev)
+
+    monkeypatch.setattr(Analyzer, "add_event", add_event)
+    d = analyze([str(log)], workers=workers)
+    monkeypatch.setattr(Analyzer, "add_event", orig)
+    return seen, d.stats
+
+
+def test_parallel_folds_in_the_events_one_process_does(big_log, monkeypatch):
+    """Each range compacts its own chatter only; the main process compacts across ranges (ChatterMerge): the
+    events folded in are exactly one process's (each range would else send its processes' first and last
+    collective call, ring, tree and transport line again)."""
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_BYTES", 0)
+    monkeypatch.setattr(parallel, "MIN_CHUNK_BYTES", 64 << 10)
+    monkeypatch.setattr(parallel, "CHUNK_BYTES", 256 << 10)
+    assert len(parallel.plan_units(expand_inputs([str(big_log)]), workers=2, chunk_bytes=256 << 10)) > 4
+    serial, s_stats = _folded(monkeypatch, big_log, 1)
+    par, p_stats = _folded(monkeypatch, big_log, 2)
+    assert sum(k.startswith(("nccl.coll", "nccl.transport", "nccl.ring")) for k, _, _ in serial) > 100
+    assert sorted(par) == sorted(serial)
+    assert par == serial, "and in the same order"
+    for key in ("events", "kinds", "compacted", "lines"):
+        assert p_stats[key] == s_stats[key], key
+
+
+def test_chatter_merge_keeps_the_first_and_the_last_line_of_each_process():
+    from nccl_analyzer.model import Event
+
+    def call(line, pid, op="AllReduce"):
+        body = f"{op}: opCount {line:x} sendbuff 0x7f00 recvbuff 0x7f00 count 1 datatype 7 op 0 root 0 comm 0x1"
+        return Event("nccl.coll", "log", line, f"h:{pid}:{pid} [0] NCCL INFO {body}", host="h", pid=pid,
+                     fields={"level": "INFO", "msg": body})
+
+    m = parallel.ChatterMerge()
+    info = Event("nccl.info", "log", 3, "h:1:1 [0] NCCL INFO x", host="h", pid=1, fields={"level": "INFO", "msg": "x"})
+    end = Event("torch.work.status", "log", 15, "[rank0]: ...", fields={})
+    # range 1: first calls of pids 1 and 2, an INFO line; its last call of pid 1 (its end-of-input flush)
+    got = list(m.fold(iter([call(1, 1), call(2, 2), info]), 3, 0, iter([call(9, 1)]), False))
+    assert [e.line for e in got] == [1, 2, 3]
+    # range 2 (the last): pid 1's first call again (one process counted it: it waits as pid 1's last line), pid 2's
+    # first Broadcast (a new key: pid 2's waiting last line, none here, would be dropped), another event of the
+    # flush (line 15), its own last calls of pids 1 and 2: released with it, in line order
+    got = list(m.fold(iter([call(11, 1), call(12, 2, "Broadcast"), end]), 3, 1, iter([call(19, 1), call(13, 2)]),
+                      True))
+    assert [e.line for e in got] == [12, 13, 15, 19]
+    assert m.compacted == 2 and not m.last  # pid 1's line 9 (replaced by 11), then 11 (by 19)
+
+
+def test_a_source_read_line_by_line_is_read_in_one_process(big_log, monkeypatch):
+    # A source whose lines are rewritten before parsing (a paste, binary bytes at its head: plain_raw is False)
+    # cannot be cut into ranges: with workers the analysis reads it as one process does (it used to reach the
+    # workers' per-line branch, which raised UnboundLocalError), and that branch works when called.
+    from nccl_analyzer import analysis
+
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_BYTES", 0)
+    monkeypatch.setattr(parallel, "MIN_CHUNK_BYTES", 64 << 10)
+    monkeypatch.setattr(analysis, "plain_raw", lambda src: False)
+    serial = analyze([str(big_log)], workers=1)
+    par = analyze([str(big_log)], workers=2)
+    assert par.root_cause is not None and par.root_cause.to_dict() == serial.root_cause.to_dict()
+    assert par.inputs == serial.inputs
+    src = expand_inputs([str(big_log)])[0]
+    src.fast = False
+    res = parallel.parse_unit(parallel.Unit(0, src))
+    assert res.lines == len(big_log.read_text().splitlines()) and res.n_events > 0

@@ -153,7 +153,102 @@ def test_small_blocks_same_result(tmp_path, monkeypatch):
     monkeypatch.setattr(sources, "BLOCK", 1 << 13)
     used = []
     real = triage._last_calls
-    monkeypatch.setattr(triage, "_last_calls", lambda t, procs: used.append(len(procs)) or real(t, procs))
+    monkeypatch.setattr(triage, "_last_calls", lambda t, procs, *a: used.append(len(procs)) or real(t, procs, *a))
     fast = _triaged([str(log)])
     _same(fast, slow)
     assert len(used) > 10, "the block mode never engaged"
+
+
+def test_control_characters_in_call_lines_same_result(tmp_path, monkeypatch):
+    # A block with no control character skips call lines on their head and "opCount " (sources.read_text_blocks
+    # reports which blocks hold one); a call line with a control character in its tail is not one the fast path
+    # may skip unread: a bare CR redraws the line (a terminal shows the program's "[rank3]:step ..." printed over
+    # the call line: output, not a call), a BEL is dropped. Both give what the per-line path gives.
+    from nccl_analyzer import sources
+
+    log = tmp_path / "job.log"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "real_log.py"), "--ranks", "16", "--steps", "60",
+                    "-o", str(log)], check=True, capture_output=True)
+    lines = log.read_bytes().split(b"\n")
+    calls = [i for i, b in enumerate(lines) if b" NCCL INFO AllReduce: opCount " in b]
+    assert len(calls) > 500
+    for n, i in enumerate(calls[len(calls) // 3::97]):
+        lines[i] = lines[i] + (b"\x07 tail" if n % 2 else b"\r[rank3]:step 9 loss 1.0")
+    log.write_bytes(b"\n".join(lines))
+    slow = _per_line([str(log)])
+    monkeypatch.setattr(sources, "BLOCK", 1 << 13)
+    flags: list[bool] = []
+    real = sources.read_text_blocks
+
+    def reader(stream, src, sniff=False, controls=None):
+        for item in real(stream, src, sniff, controls):
+            if isinstance(item, str):
+                flags.append(controls[-1])
+            yield item
+
+    monkeypatch.setattr(triage, "read_text_blocks", reader)
+    fast = _triaged([str(log)])
+    _same(fast, slow)
+    assert fast["stats"]["unparsed"] == slow["stats"]["unparsed"], "the redrawn lines are program output"
+    assert fast["stats"]["compacted"] == slow["stats"]["compacted"]
+    assert True in flags and flags.count(False) > 10, "blocks with and without control characters"
+
+
+def _edge_lines() -> list[str]:
+    """Lines at the edges of clean_text's fast paths: prefixes and whole-line rules each fast path must leave to
+    the full way."""
+    head = "gpu-node-0001:123:456 [0] NCCL INFO "
+    return [head + "Channel 00/0 : 0[0] -> 1[1] via P2P/IPC", head + "x\tTAB", head + "x\r", head + "a\rb",
+            head + "\x1b[31mred\x1b[0m", head + "bar 10/10 [00:01<00:00, 9.9it]", head + "x [0m",
+            "node [stdout] " + head + "x", "stderr: " + head + "x", "stdhost:1:1 [0] NCCL INFO x",
+            "Done 12 steps", "INFO 04-15 00:31:11 file.py:574] x", "trainer/0 [0]:hello", "role/0 x:y",
+            "host " + "x" * 40 + "/1 y", head + "logged by handler.py:42", "[rank3]:step 1 loss 2.0",
+            "[rank3]: Traceback (most recent call last):", "[rank3]:> quoted", "[rank3]:  two spaces",
+            "[rank]:x", "[rank12345678901]:x", "[rank3] x", "[rank3]:[E1129 15:22:25.4 ProcessGroupNCCL.cpp:689] y",
+            "[rank3]:x\x07", "[default0]:x", "[1,0]<stderr>:x", "[2026-11-29 13:53:31] " + head + "x",
+            "éhost:1:1 [0] NCCL INFO x", "Éhost:1:1 [0] NCCL INFO x", "Warn: x", "[rank3]:**bold**", "`x`",
+            "[rank3]:step ²", "a" * 70000,
+            "Epoch 1:  10%|#         | 1021/100000 [45:39<51:20:53, 1.87s/it][rank2]:[E723 12:00:00.1 x.cpp:1] y",
+            "epoch 1:  10%|#         | 1021/100000 [45:39<51:20:53, 1.87s/it][rank2]:[E723 12:00:00.1 x.cpp:1] y",
+            "[rank1]:Epoch 1: 5/10 [00:05<00:05, 1.00s/it][rank2]:[E723 12:00:00.1 x.cpp:1] y",
+            "INFO     Loading checkpoint          trainer.py:42", "[rank0]:INFO  Saving shard          io.py:7"]
+
+
+def test_clean_text_fast_paths_equal_the_full_way():
+    # clean_text's fast paths (plain lines, "[rankN]:" lines) give exactly what the full cleaning gives, on every
+    # line of every fixture (held-out sets excepted) and on the edge cases each fast path must leave to it.
+    from nccl_analyzer.sources import Source, _clean_full, clean_text
+
+    src = Source(path="x.log", real=None)
+    ranked = Source(path="x.log", real=None, rank=7, local_rank=3)
+    n = fast = 0
+    lines = [s for p in _fixture_logs() for s in p.read_text(encoding="utf-8", errors="replace").splitlines()]
+    for s in lines + _edge_lines():
+        for sc in (src, ranked):
+            try:
+                want = _clean_full(s, sc, 5, False)
+            except ValueError:  # (a "[rank²]:" the full way cannot read either)
+                with pytest.raises(ValueError):
+                    clean_text(s, sc, 5, False)
+                continue
+            got = clean_text(s, sc, 5, False)
+            assert got == want, s
+            n += 1
+            # (a line both ways leave as it is is what the plain fast path returns)
+            fast += got.text == s and got.raw == s and got.time is None
+    assert n > 20000 and fast > n // 3
+
+
+def test_clean_block_pattern_skips_what_the_old_one_skips():
+    # The clean-block variant of the block pattern skips a call line on its head (with or without inert kinds:
+    # a rule reading Cuda Alloc lines leaves none inert) and still matches every other line.
+    call = "h-1.x:12:34 [0] NCCL INFO AllReduce: opCount 1f sendbuff 0x7f00 recvbuff 0x7f00 count 8 datatype 7"
+    alloc = "h-1.x:12:34 [0] NCCL INFO channel.cc:1620 Cuda Alloc Size 12 pointer 0x7f5589f49000"
+    other = "h-1.x:12:34 [0] NCCL INFO Bootstrap: Using eth0:10.0.0.10<0>"
+    for inert in (frozenset(), frozenset({"nccl.alloc"})):
+        old, new = triage._pattern(inert, True), triage._pattern(inert, True, clean=True)
+        for line in (call, alloc, other, "[rank0]:step 1 loss 2.0"):
+            a, b = old.search("\n" + line), new.search("\n" + line)
+            assert (a is None) == (b is None), (sorted(inert), line)
+            assert a is None or a.group(0) == b.group(0)
+        assert new.search("\n" + call) is None

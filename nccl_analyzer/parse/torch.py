@@ -898,8 +898,13 @@ _CONT_ONCE = (("ncclUnhandled", "nccl_interp"), ("ncclSystem", "nccl_interp"), (
               ("-- Process ", "spawn_process"))
 
 
+_CONT_ONCE_PREFIXES = tuple(prefix for prefix, _ in _CONT_ONCE)
+
+
 def _cont_type(text: str) -> str | None:
     """The kind of a continuation line that a message has at most once (None: lines that repeat)."""
+    if not text.startswith(_CONT_ONCE_PREFIXES):  # (one C call: most continuation lines are frames)
+        return None
     for prefix, name in _CONT_ONCE:
         if text.startswith(prefix):
             return name
