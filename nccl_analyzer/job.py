@@ -7,6 +7,7 @@ from typing import Any
 
 from .agents import ElasticAgents
 from .model import Event, Evidence, JobModel, RankInfo
+from .packed import pack
 from .stage import KIND_PREFIX_STAGE, KIND_STAGE, StageTracker
 
 #: Entries kept per rank timeline; processes (pids, hosts) and communicators remembered at most.
@@ -379,7 +380,7 @@ class JobBuilder:
                     pids = self.busid_pids.setdefault((host, bus, comm), set())
                     if ev.pid not in pids and len(pids) < 64:
                         pids.add(ev.pid)
-                        self.busid_events.setdefault((host, bus, comm), []).append(ev)
+                        self.busid_events.setdefault((host, bus, comm), []).append(pack(ev))  # (evidence only)
                 self.busid_comm.setdefault((host, bus, comm), set()).add(rank)
         proc = self._proc(ev)
         if proc.get("nccl_version") and not info.nccl_version:

@@ -86,8 +86,25 @@ class PackedEvent(EventAccess):
                      end_line=self.end_line)
 
 
+#: The event packed last and its packed form: the job model and the rule engine both keeping one event hold one
+#: packed object.
+_MEMO: tuple[Any, Any] = (None, None)
+
+
 def pack(ev: Event) -> Event | PackedEvent:
     """``ev`` packed; ``ev`` itself when its fields do not pickle or it is small (nothing to gain)."""
+    global _MEMO
+    memo = _MEMO
+    if memo[0] is ev:
+        return memo[1]
+    got = _pack(ev)
+    _MEMO = (ev, got)
+    return got
+
+
+def _pack(ev: Event) -> Event | PackedEvent:
+    if ev.__class__ is not Event:
+        return ev  # packed already
     if not ev.fields and len(ev.text) < SMALL_TEXT:
         return ev
     try:
