@@ -51,8 +51,18 @@ def test_matches_without_captures_share_one_item(tmp_path):
         '\n[[match.any]]\nkind = "nccl.warn.*"\n'
     two = two.replace("[fix]", '[[match.any]]\nkind = "nccl.warn.*"\nmsg = "~broke"\n\n[fix]')
     a = _feed([parse_rule(write(tmp_path, two))], "a:1:1 [0] init.cc:1 NCCL WARN thing broke\n")
-    items = [it for st in a.matcher._states for sl in st.slots for v in sl.by_key.values() for it in v]
-    assert len(items) >= 2 and all(it is items[0] for it in items) and items[0][2] is _NO_CAPS
+    slots = [sl for st in a.matcher._states for sl in st.slots if sl.held]
+    assert len(slots) >= 2 and all(sl.caps == [None] and sl.held[0] is slots[0].held[0] for sl in slots)
+    items = [it for sl in slots for v in sl.by_key.values() for it in v]
+    assert all(it[2] is _NO_CAPS for it in items), "read back with the one shared empty dict"
+
+
+def test_captures_are_kept_as_names_and_values_and_read_back_as_the_dict(tmp_path):
+    text = "".join(f"a:{p}:{p} [0] init.cc:1 NCCL WARN thing broke{p}\n" for p in (1, 2))
+    a = _feed([parse_rule(write(tmp_path, GOOD))], text)
+    sl = next(sl for st in a.matcher._states for sl in st.slots if sl.held)
+    assert sl.caps[0][0] is sl.caps[1][0] == ("what",), "one names tuple for every match with the same captures"
+    assert [it[2] for it in sl.items] == [{"what": "broke1"}, {"what": "broke2"}]
 
 
 def test_a_packed_event_reads_as_the_event_it_packs():
