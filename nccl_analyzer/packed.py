@@ -9,9 +9,9 @@ Two holders keep many events that nothing reads again for a while:
   may still print a chained one) every later event waits there, 10,000 of them at 1,000 ranks. Past
   ``HOLD_PACK`` waiting events, the later ones wait packed and are unpacked when released.
 
-A ``PackedEvent`` keeps the small attributes (kind, path, line, host, pid, tid, rank, cuda_dev, end_line) as they
-are and its ``text``, ``time`` and ``fields`` in one pickle, deflated against a preset dictionary: the first packed
-event of the same kind (``_DICTS``). Every rank prints the same lines with other numbers in them, so what is left of
+A ``PackedEvent`` keeps the small attributes (kind, path, line, host, pid, rank, cuda_dev, end_line) as they are
+and its ``text``, ``time``, ``tid`` and ``fields`` in one pickle, deflated against a preset dictionary: the first
+packed event of the same kind (``_DICTS``). Every rank prints the same lines with other numbers in them, so what is left of
 an event is mostly its numbers: at 1,000 ranks the 16,869 events the rule engine holds take 1.6 MB of blobs instead
 of 6.8 MB of fields blobs plus 3.0 MB of texts. ``fields`` gives a dict equal to the original, order included, a new
 one every time it is read, so no result changes.
@@ -40,23 +40,23 @@ _NO_DICT = b""
 _PROTO = pickle.HIGHEST_PROTOCOL
 #: The blob decoded last and what it decoded to: reading ``text``, ``time`` and ``fields`` of one event in a row
 #: (evidence quoting does) inflates it once.
-_LAST: tuple[Any, tuple[str, Any, bytes]] = (None, ("", None, b""))
+_LAST: tuple[Any, tuple[str, Any, Any, bytes]] = (None, ("", None, None, b""))
 
 
 class PackedEvent(EventAccess):
     """An ``Event`` whose text, time and fields are stored deflated (read-only: the matcher never changes an
     event)."""
 
-    __slots__ = ("kind", "path", "line", "host", "pid", "tid", "rank", "cuda_dev", "end_line", "_blob", "_zdict")
+    __slots__ = ("kind", "path", "line", "host", "pid", "rank", "cuda_dev", "end_line", "_blob", "_zdict")
 
     def __init__(self, ev: Event, blob: bytes, zdict: bytes):
         self.kind, self.path, self.line = ev.kind, ev.path, ev.line
-        self.host, self.pid, self.tid, self.rank = ev.host, ev.pid, ev.tid, ev.rank
+        self.host, self.pid, self.rank = ev.host, ev.pid, ev.rank
         self.cuda_dev, self.end_line = ev.cuda_dev, ev.end_line
         self._blob = blob
         self._zdict = zdict
 
-    def _decoded(self) -> tuple[str, Any, bytes]:
+    def _decoded(self) -> tuple[str, Any, Any, bytes]:
         global _LAST
         last = _LAST
         if last[0] is self._blob:
@@ -75,14 +75,18 @@ class PackedEvent(EventAccess):
         return self._decoded()[1]
 
     @property
+    def tid(self) -> int | None:
+        return self._decoded()[2]
+
+    @property
     def fields(self) -> dict[str, Any]:
-        return pickle.loads(self._decoded()[2])
+        return pickle.loads(self._decoded()[3])
 
     def unpacked(self) -> Event:
         """The event as an ``Event`` again (a new object, equal to the one packed)."""
-        text, time, fields = self._decoded()
+        text, time, tid, fields = self._decoded()
         return Event(kind=self.kind, path=self.path, line=self.line, text=text, host=self.host, pid=self.pid,
-                     tid=self.tid, rank=self.rank, cuda_dev=self.cuda_dev, time=time, fields=pickle.loads(fields),
+                     tid=tid, rank=self.rank, cuda_dev=self.cuda_dev, time=time, fields=pickle.loads(fields),
                      end_line=self.end_line)
 
 
@@ -108,7 +112,7 @@ def _pack(ev: Event) -> Event | PackedEvent:
     if not ev.fields and len(ev.text) < SMALL_TEXT:
         return ev
     try:
-        payload = pickle.dumps((ev.text, ev.time, pickle.dumps(ev.fields, _PROTO)), _PROTO)
+        payload = pickle.dumps((ev.text, ev.time, ev.tid, pickle.dumps(ev.fields, _PROTO)), _PROTO)
     except (pickle.PicklingError, TypeError, AttributeError, RecursionError):
         return ev
     zdict = _DICTS.get(ev.kind)

@@ -29,9 +29,20 @@ _NO_CAPS: dict[str, Any] = {}
 _LAZY = object()
 
 
-#: Capture-name tuples, one object per distinct tuple (bounded: past this many a tuple is kept as it is).
-_NAMES: dict[tuple[str, ...], tuple[str, ...]] = {}
-_NAMES_CAP = 4096
+#: Capture-name tuples and short captured values, one object per distinct one (bounded: past this many a new one is
+#: kept as it is). Every rank's watchdog line captures the same ``op_type`` and often the same ``seq``.
+_SHARED: dict[Any, Any] = {}
+_SHARED_CAP = 65536
+_SHARE_LEN = 64
+
+
+def _share(v: Any) -> Any:
+    got = _SHARED.get(v)
+    if got is None:
+        if len(_SHARED) < _SHARED_CAP:
+            _SHARED[v] = v
+        return v
+    return got
 
 
 @dataclass(slots=True)
@@ -39,73 +50,59 @@ class _Slot:
     part: str  # all | any | none
     index: int
     selector: Selector
+    #: the matcher's keys (rank, else process, else path), each once: a slot names a key by its index there
+    ring: list[Any] = field(default_factory=list)
     #: The matches kept, in input order, column by column: feed order (``seqs``), the event (``held``), the captures
     #: (``caps``: None, or the capture names, one tuple per distinct set of names, then the values) and the key's
-    #: index (``kidx``) in ``klist`` (rank, else process, else path; keys in the order they first matched, with
-    #: ``kcount`` matches kept each and ``kpos`` their index). ``items`` / ``by_key`` read them back as
-    #: (seq, event, captures, key) tuples. Columns instead of a tuple and a dict per match: at 1,000 ranks
-    #: 30,000 tuples and 13,000 dicts fewer.
+    #: index (``kidx``). ``kcount``: matches kept per key index, keys in the order they first matched. ``items`` /
+    #: ``by_key`` read them back as (seq, event, captures, key) tuples. Columns instead of a tuple and a dict per
+    #: match, and a key index instead of a key object and a dict entry per slot: at 1,000 ranks 30,000 tuples,
+    #: 13,000 dicts and 20,000 key tuples fewer.
     seqs: array = field(default_factory=lambda: array("q"))
     held: list[Event] = field(default_factory=list)
     caps: list[tuple[Any, ...] | None] = field(default_factory=list)
     kidx: array = field(default_factory=lambda: array("l"))
-    klist: list[Any] = field(default_factory=list)
-    kpos: dict[Any, int] = field(default_factory=dict)
-    kcount: array = field(default_factory=lambda: array("l"))
+    kcount: dict[int, int] = field(default_factory=dict)
     count: int = 0  # matches
     stored: int = 0  # matches kept
 
-    def put(self, seq: int, ev: Event, caps: dict[str, Any], pos: int) -> None:
-        """Keep one match (``pos``: its key's index, ``kpos``)."""
+    def put(self, seq: int, ev: Event, caps: dict[str, Any], kid: int) -> None:
+        """Keep one match (``kid``: its key's index in ``ring``, already in ``kcount``)."""
         self.seqs.append(seq)
         self.held.append(ev)
-        self.kidx.append(pos)
-        self.kcount[pos] += 1
+        self.kidx.append(kid)
+        self.kcount[kid] += 1
         self.stored += 1
         if not caps:
             self.caps.append(None)
             return
         if "_match_text" in caps:
             caps["_match_text"] = _LAZY
-        names = tuple(caps)
-        got = _NAMES.get(names)
-        if got is None:
-            got = names
-            if len(_NAMES) < _NAMES_CAP:
-                _NAMES[names] = names
-        self.caps.append((got, *caps.values()))
-
-    def key_pos(self, key: Any) -> int | None:
-        """``key``'s index, a new one for a key not seen yet; None past ``CAP_KEYS`` keys."""
-        pos = self.kpos.get(key)
-        if pos is None:
-            if len(self.klist) >= CAP_KEYS:
-                return None
-            pos = self.kpos[key] = len(self.klist)
-            self.klist.append(key)
-            self.kcount.append(0)
-        return pos
+        self.caps.append((_share(tuple(caps)), *(_share(v) if v.__class__ is str and len(v) < _SHARE_LEN else v
+                                                   for v in caps.values())))
 
     @property
     def keys(self) -> dict[Any, int]:
         """Matches kept per key, keys in the order they first matched."""
-        return {k: self.kcount[i] for i, k in enumerate(self.klist)}
+        ring = self.ring
+        return {ring[k]: n for k, n in self.kcount.items()}
 
     @property
     def items(self) -> list[tuple[int, Event, dict[str, Any], Any]]:
         """The matches kept, in input order, each (seq, event, captures, key)."""
-        klist = self.klist
-        return [(seq, ev, _NO_CAPS if c is None else dict(zip(c[0], c[1:])), klist[k])
+        ring = self.ring
+        return [(seq, ev, _NO_CAPS if c is None else dict(zip(c[0], c[1:])), ring[k])
                 for seq, ev, c, k in zip(self.seqs, self.held, self.caps, self.kidx)]
 
     def clear(self) -> None:
-        del self.seqs[:], self.held[:], self.caps[:], self.kidx[:], self.klist[:], self.kcount[:]
-        self.kpos.clear()
+        del self.seqs[:], self.held[:], self.caps[:], self.kidx[:]
+        self.kcount.clear()
 
     @property
     def by_key(self) -> dict[Any, list[tuple[int, Event, dict[str, Any], Any]]]:
         """The matches kept, grouped by key: keys in the order they first matched, each key's in input order."""
-        out: dict[Any, list[tuple[int, Event, dict[str, Any], Any]]] = {k: [] for k in self.klist}
+        ring = self.ring
+        out: dict[Any, list[tuple[int, Event, dict[str, Any], Any]]] = {ring[k]: [] for k in self.kcount}
         for it in self.items:
             out[it[3]].append(it)
         return out
@@ -253,7 +250,9 @@ class Matcher:
 
     def __init__(self, rules: list[Rule]):
         self.rules = list(rules)
-        self._states = [_RuleState(r, [_Slot(part, i, s) for part in ("all", "any", "none")
+        self._keys: list[Any] = []  # every key a slot kept a match of, once (``_Slot.ring``)
+        self._kid: dict[Any, int] = {}  # key -> its index in ``_keys``
+        self._states = [_RuleState(r, [_Slot(part, i, s, self._keys) for part in ("all", "any", "none")
                                        for i, s in enumerate(getattr(r.match, part))]) for r in self.rules]
         self._by_kind: dict[str, list[_Slot | None]] = {}
         self._slot_state: dict[int, _RuleState] = {}
@@ -283,7 +282,7 @@ class Matcher:
         if not slots:
             return
         memo: dict[str, Any] = {}
-        key = None
+        key = kid = None
         took: list[tuple[_Slot, _RuleState, dict[str, Any]]] = []
         for sl in slots:
             caps = sl.selector.test(ev, memo)
@@ -295,21 +294,27 @@ class Matcher:
             sl.count += 1
             if key is None:
                 key = _raw_key(ev)
-            pos = sl.key_pos(key)
-            if pos is None:
-                continue
-            if sl.kcount[pos] < CAP_PER_KEY:
-                took.append((sl, st, caps, pos))
+                kid = self._kid.get(key)
+            n = None if kid is None else sl.kcount.get(kid)
+            if n is None:
+                if len(sl.kcount) >= CAP_KEYS:
+                    continue
+                if kid is None:  # (a key is kept once some slot keeps a match of it: bounded by the slots' caps)
+                    kid = self._kid[key] = len(self._keys)
+                    self._keys.append(key)
+                n = sl.kcount[kid] = 0
+            if n < CAP_PER_KEY:
+                took.append((sl, st, caps))
         if not took:
             return
         held: Any = ev
-        if all(t[0].stored >= FULL_KEEP for t in took):
+        if all(sl.stored >= FULL_KEEP for sl, _, _ in took):
             # nccl_analyzer/packed.py: every slot holds the same object, whole or packed
             held = packed if packed is not None else pack(ev)
-        for sl, st, caps, pos in took:
+        for sl, st, caps in took:
             if st.dead:  # killed by an earlier slot of this same event
                 continue
-            sl.put(self.seq, held, caps, pos)
+            sl.put(self.seq, held, caps, kid)
             st.dirty = True
             if st.rule.role == "root" and sl.part != "none":
                 self.dirty = True
@@ -325,10 +330,12 @@ class Matcher:
             if sl is not keep:
                 sl.clear()
         # the first match kept is the first of the first key (keys are in the order they first matched)
-        i = list(keep.kidx).index(0)
-        seq, ev, caps, key = keep.seqs[i], keep.held[i], keep.caps[i], keep.klist[0]
+        first = next(iter(keep.kcount))
+        i = list(keep.kidx).index(first)
+        seq, ev, caps = keep.seqs[i], keep.held[i], keep.caps[i]
         keep.clear()
-        keep.put(seq, ev, _NO_CAPS if caps is None else dict(zip(caps[0], caps[1:])), keep.key_pos(key))
+        keep.kcount[first] = 0
+        keep.put(seq, ev, _NO_CAPS if caps is None else dict(zip(caps[0], caps[1:])), first)
         keep.stored -= 1  # (``put`` counts it again)
         gone = {id(sl) for sl in st.slots}
         for kind, lst in self._by_kind.items():
