@@ -353,11 +353,12 @@ class JobBuilder:
                 pids.add(ev.pid)
         states = self.init.setdefault(comm, {}) if comm in self.job.communicators else {}
         if complete:
-            states[rank] = "complete"
+            if states.get(rank) != "complete":
+                states[rank] = "complete"
+                if c is not None:  # (a count kept as it goes: summing the states per Init line is quadratic in ranks)
+                    c["complete"] += 1
         else:
             states.setdefault(rank, "started")
-        if c is not None:
-            c["complete"] = sum(1 for s in states.values() if s == "complete")
             if len(c["ranks"]) < 1024:
                 c["ranks"][rank] = grank
         info = self._rank(grank)
@@ -374,14 +375,15 @@ class JobBuilder:
             if ev.host is not None or ev.pid is not None:
                 host = ev.host or "?"
                 self.busids.setdefault((host, bus), set()).add(grank)
+                bk = (host, bus, comm)  # (one key object for the three tables)
                 if ev.pid is not None and len(self.busid_pids) < _COMM_CAP:
                     # Per communicator: two processes of ONE comm on one GPU. Separate jobs that reuse a GPU one
                     # after the other (concatenated NCCL_DEBUG_FILEs) have different commIds.
-                    pids = self.busid_pids.setdefault((host, bus, comm), set())
+                    pids = self.busid_pids.setdefault(bk, set())
                     if ev.pid not in pids and len(pids) < 64:
                         pids.add(ev.pid)
-                        self.busid_events.setdefault((host, bus, comm), []).append(pack(ev))  # (evidence only)
-                self.busid_comm.setdefault((host, bus, comm), set()).add(rank)
+                        self.busid_events.setdefault(bk, []).append(pack(ev))  # (evidence only)
+                self.busid_comm.setdefault(bk, set()).add(rank)
         proc = self._proc(ev)
         if proc.get("nccl_version") and not info.nccl_version:
             info.nccl_version = proc["nccl_version"]
@@ -486,8 +488,7 @@ class JobBuilder:
         prev = self.collectives.get(r) or {}
         merged = {**prev, **entry} if prev.get("source", "").startswith("torch.") else entry
         self.collectives[r] = merged
-        info = self._rank(r)
-        info.last_collective = {k: v for k, v in merged.items() if k not in ("line", "path")}
+        # (the rank's ``last_collective`` is made from ``collectives`` by ``build``: no copy per rank meanwhile)
         self._timeline(ev, "watchdog timeout" if ev.kind == "torch.watchdog.timeout" else ev.kind)
 
     def _on_desync(self, ev: Event) -> None:
