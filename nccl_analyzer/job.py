@@ -19,6 +19,7 @@ MAX_WORLD = 1 << 20
 #: A timeline entry's keys, in order (the builder holds an entry as a tuple of these values until ``build``).
 _TIMELINE_KEYS = ("kind", "path", "line", "time", "what")
 _LABELS: dict[str, str] = {}
+_TIMES: dict[str, str] = {}  # timeline times, one string object per distinct time (many ranks log the same second)
 
 
 def _shared(label: str) -> str:
@@ -28,6 +29,18 @@ def _shared(label: str) -> str:
         if len(_LABELS) >= 4096:
             return label
         got = _LABELS[label] = label
+    return got
+
+
+def _shared_time(t: str | None) -> str | None:
+    """One string object per distinct timeline time (bounded: past 65,536 times a time is kept as it is)."""
+    if t is None:
+        return None
+    got = _TIMES.get(t)
+    if got is None:
+        if len(_TIMES) < 65536:
+            _TIMES[t] = t
+        return t
     return got
 
 
@@ -103,7 +116,7 @@ class JobBuilder:
         self._pid_host: dict[int, str] = {}  # pid -> hostname from NCCL's line prefix
         self.kinds: dict[str, int] = {}
         self._pid_rank: dict[tuple[str | None, int], tuple[int, int]] = {}  # (host,pid) -> (rank, nranks)
-        self._pid_info: dict[tuple[str | None, int], dict[str, Any]] = {}
+        self._pid_version: dict[tuple[str | None, int], str] = {}  # (host, pid) -> the NCCL version it printed
         self._elastic_rank: dict[int, int] = {}  # worker pid -> global rank, as torchrun's failure report says
         self._elastic_top = -1  # the highest rank torchrun reported
         self._elastic_pids: set[int] = set()  # worker pids torchrun names (teardown, failures, its report)
@@ -119,7 +132,7 @@ class JobBuilder:
         # One process driving several GPUs (nccl-tests -g N, a single-process multi-GPU program): one Init line per
         # GPU, each its own rank. (host, pid, cudaDev) -> (rank, nranks); the (host, pid) that logged several GPUs.
         self._dev_rank: dict[tuple[str | None, int, int], tuple[int, int]] = {}
-        self._pid_devs: dict[tuple[str | None, int], set[int]] = {}
+        self._pid_devs: dict[tuple[str | None, int], int] = {}  # (host, pid) -> the first GPU it logged an Init for
         self.multi_gpu: set[tuple[str | None, int]] = set()
         # (host, pid) -> (commId, rank, busId) of each Init line it logged (to re-map a subgroup's Init logged first)
         self._proc_inits: dict[tuple[str | None, int], list[tuple[str, int, str | None]]] = {}
@@ -244,7 +257,7 @@ class JobBuilder:
     def _timeline(self, ev: Event, what: str | None = None) -> None:
         # held as a tuple with the label shared (``_shared``) until ``build`` makes it the entry dict: a tuple is a
         # third of a dict's size, and every rank's "transport P2P/IPC" is the same text
-        entry = (ev.kind, ev.path, ev.line, ev.time, _shared(what or ev.kind))
+        entry = (ev.kind, ev.path, ev.line, _shared_time(ev.time), _shared(what or ev.kind))
         r = self.rank_of(ev)
         if r is None:
             return  # every caller has a rank (an Init line's pid has just been mapped to its rank)
@@ -267,14 +280,8 @@ class JobBuilder:
             self.error_ranks[r] = (time_key(ev.time), self.events)
             self._timeline(ev, "first error")
 
-    def _proc(self, ev: Event) -> dict[str, Any]:
-        key = (ev.host, ev.pid or 0)
-        info = self._pid_info.get(key)
-        if info is None:
-            info = {}
-            if len(self._pid_info) < _PID_CAP:
-                self._pid_info[key] = info
-        return info
+    def _proc_version(self, ev: Event) -> str | None:
+        return self._pid_version.get((ev.host, ev.pid or 0))
 
     # -- handlers ------------------------------------------------------------------------------------------
     def _on_version(self, ev: Event) -> None:
@@ -291,7 +298,9 @@ class JobBuilder:
         self.versions_by_proc.setdefault(v, set()).add(who)
         self.version_events.setdefault(v, ev)
         if ev.pid is not None:
-            self._proc(ev)["nccl_version"] = v
+            key = (ev.host, ev.pid or 0)
+            if key in self._pid_version or len(self._pid_version) < _PID_CAP:
+                self._pid_version[key] = _shared(v)
             r = self.rank_of(ev)
             if r is not None:
                 self._rank(r).nccl_version = v
@@ -327,9 +336,7 @@ class JobBuilder:
                 dk = (ev.host, ev.pid, dev)
                 if dk not in self._dev_rank or nranks > self._dev_rank[dk][1]:
                     self._dev_rank[dk] = (rank, nranks)
-                devs = self._pid_devs.setdefault(key, set())
-                devs.add(dev)
-                if len(devs) > 1:
+                if self._pid_devs.setdefault(key, dev) != dev:  # a second GPU of one process
                     self.multi_gpu.add(key)
                 if key in self.multi_gpu and self._dev_rank[dk][1] >= self._pid_rank[key][1]:
                     grank = self._dev_rank[dk][0]  # this GPU's rank in the process's largest communicator
@@ -384,9 +391,9 @@ class JobBuilder:
                         pids.add(ev.pid)
                         self.busid_events.setdefault(bk, []).append(pack(ev))  # (evidence only)
                 self.busid_comm.setdefault(bk, set()).add(rank)
-        proc = self._proc(ev)
-        if proc.get("nccl_version") and not info.nccl_version:
-            info.nccl_version = proc["nccl_version"]
+        version = self._proc_version(ev)
+        if version and not info.nccl_version:
+            info.nccl_version = version
         if complete:
             info.init_state = "complete"
         elif info.init_state in ("unknown",):
@@ -576,7 +583,9 @@ class JobBuilder:
                 self._elastic_top = max(self._elastic_top, rank)
         tl = info.timeline
         if len(tl) < TIMELINE_CAP:
-            tl.append((ev.kind, ev.path, ev.line, ev.get("time"), _shared(f"exit {entry.get('exitcode')}")))
+            t = ev.get("time")
+            tl.append((ev.kind, ev.path, ev.line, _shared_time(t) if t.__class__ is str else t,
+                       _shared(f"exit {entry.get('exitcode')}")))
 
     def _on_torch_log(self, ev: Event) -> None:
         msg = str(ev.get("msg", ""))
@@ -632,11 +641,11 @@ class JobBuilder:
         for r in [r for r in basis or () if r in self._stated]:
             del basis[r]  # a later line stated the rank the spawn index gave
         job.env = dict(self.env)
-        for (host, pid), info in list(self._pid_info.items()):
+        for (host, pid), version in list(self._pid_version.items()):
             hit = self._pid_rank.get((host, pid))
-            if hit is not None and info.get("nccl_version"):
+            if hit is not None and version:
                 ri = self._rank(hit[0])
-                ri.nccl_version = ri.nccl_version or info["nccl_version"]
+                ri.nccl_version = ri.nccl_version or version
         if job.backend is None:
             if any(k.startswith("nccl.") for k in self.kinds):
                 job.backend = "nccl"

@@ -155,7 +155,7 @@ def own_rank(ev: Event) -> int | None:
 
 
 #: Stage-moving events between two sweeps of ``StageTracker`` (a power of two).
-SWEEP = 1024
+SWEEP = 256
 
 
 class StageTracker:
