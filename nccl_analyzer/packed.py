@@ -35,6 +35,8 @@ SMALL_TEXT = 64
 DICT_KINDS = 1024
 #: Bytes of the first event's pickle kept as its kind's dictionary (deflate looks back 32 KiB at most).
 _DICT_BYTES = 32768
+#: A kind's dictionary grows by the pickles that deflate poorly against it, up to this many bytes.
+_GROW_TO = 16384
 _DICTS: dict[str, bytes] = {}
 _NO_DICT = b""
 _PROTO = pickle.HIGHEST_PROTOCOL
@@ -122,7 +124,13 @@ def _pack(ev: Event) -> Event | PackedEvent:
             zdict = _DICTS[ev.kind] = payload[-_DICT_BYTES:]
     c = zlib.compressobj(1, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, zdict) if zdict else \
         zlib.compressobj(1, zlib.DEFLATED, -15, 9)
-    return PackedEvent(ev, c.compress(payload) + c.flush(), zdict)
+    blob = c.compress(payload) + c.flush()
+    if zdict and len(blob) * 4 > len(payload) and len(zdict) + len(payload) <= _GROW_TO:
+        # a line of this kind the dictionary does not know yet (one kind, several messages: the Flight Recorder's
+        # "signal dumping" / "preparing to dump" / "dumping"): later ones deflate against it too. The events packed
+        # so far keep the dictionary they were packed with.
+        _DICTS[ev.kind] = zdict + payload
+    return PackedEvent(ev, blob, zdict)
 
 
 def unpack(ev: Event | PackedEvent) -> Event:
