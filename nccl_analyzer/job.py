@@ -32,6 +32,22 @@ def _shared(label: str) -> str:
     return got
 
 
+_VALUES: dict[Any, Any] = {}
+
+
+def _shared_value(v: Any) -> Any:
+    """One object per distinct short string or int of the per-rank records (every rank's watchdog entry holds the
+    same op, sizes and timeout; bounded: past 65,536 values a value is kept as it is)."""
+    if v.__class__ is not int and (v.__class__ is not str or len(v) > 64):
+        return v
+    got = _VALUES.get(v)
+    if got is None:
+        if len(_VALUES) < 65536:
+            _VALUES[v] = v
+        return v
+    return got
+
+
 def _shared_time(t: str | None) -> str | None:
     """One string object per distinct timeline time (bounded: past 65,536 times a time is kept as it is)."""
     if t is None:
@@ -138,7 +154,6 @@ class JobBuilder:
         self._proc_inits: dict[tuple[str | None, int], list[tuple[str, int, str | None]]] = {}
         self.init: dict[str, dict[int, str]] = {}  # comm_id -> rank -> started|complete
         self.busids: dict[tuple[str, str], set[int]] = {}  # (host, busId) -> global ranks (per comm -> see comms)
-        self.busid_comm: dict[tuple[str, str, str], set[int]] = {}  # (host, busId, comm) -> comm ranks
         self.busid_pids: dict[tuple[str, str, str], set[int]] = {}  # (host, busId, comm) -> pids on that GPU
         self.busid_events: dict[tuple[str, str, str], list[Event]] = {}  # first Init START lines per GPU (evidence)
         self.versions_by_proc: dict[str, set[str]] = {}  # version -> {"host:pid" or "rank N"}
@@ -382,7 +397,7 @@ class JobBuilder:
             if ev.host is not None or ev.pid is not None:
                 host = ev.host or "?"
                 self.busids.setdefault((host, bus), set()).add(grank)
-                bk = (host, bus, comm)  # (one key object for the three tables)
+                bk = (host, bus, comm)  # (one key object for both tables)
                 if ev.pid is not None and len(self.busid_pids) < _COMM_CAP:
                     # Per communicator: two processes of ONE comm on one GPU. Separate jobs that reuse a GPU one
                     # after the other (concatenated NCCL_DEBUG_FILEs) have different commIds.
@@ -390,7 +405,6 @@ class JobBuilder:
                     if ev.pid not in pids and len(pids) < 64:
                         pids.add(ev.pid)
                         self.busid_events.setdefault(bk, []).append(pack(ev))  # (evidence only)
-                self.busid_comm.setdefault(bk, set()).add(rank)
         version = self._proc_version(ev)
         if version and not info.nccl_version:
             info.nccl_version = version
@@ -471,10 +485,10 @@ class JobBuilder:
         if r is None:
             return
         op = ev.get("op")
-        entry = {"op_type": op, "source": "nccl.coll", "line": ev.line}
+        entry = {"op_type": _shared_value(op), "source": "nccl.coll", "line": ev.line}
         for name in ("op_count", "count", "datatype"):
             if ev.get(name) is not None:
-                entry[name] = ev.get(name)
+                entry[name] = _shared_value(ev.get(name))
         prev = self.collectives.get(r)
         if prev is not None and str(prev.get("source", "")).startswith("torch."):
             # The watchdog's report of where this rank stopped (op, SeqNum, last completed) stays: a later NCCL call
@@ -491,7 +505,7 @@ class JobBuilder:
                      "last_completed"):
             v = ev.get(name)
             if v is not None:
-                entry[name] = v
+                entry[name] = _shared_value(v)
         prev = self.collectives.get(r) or {}
         merged = {**prev, **entry} if prev.get("source", "").startswith("torch.") else entry
         self.collectives[r] = merged
@@ -554,7 +568,7 @@ class JobBuilder:
         if rank is None:
             return
         rank = int(rank)
-        entry = {k: ev.get(k) for k in ("exitcode", "signal", "pid", "host", "local_rank", "time")
+        entry = {k: _shared_value(ev.get(k)) for k in ("exitcode", "signal", "pid", "host", "local_rank", "time")
                  if ev.get(k) is not None}
         if ev.get("root_cause") is not None:
             entry["first_observed"] = bool(ev.get("root_cause"))
