@@ -61,7 +61,7 @@ class _Slot:
     seqs: array = field(default_factory=lambda: array("q"))
     held: list[Event] = field(default_factory=list)
     caps: list[tuple[Any, ...] | None] = field(default_factory=list)
-    kidx: array = field(default_factory=lambda: array("l"))
+    kidx: array = field(default_factory=lambda: array("i"))
     kcount: dict[int, int] = field(default_factory=dict)
     count: int = 0  # matches
     stored: int = 0  # matches kept
@@ -78,8 +78,11 @@ class _Slot:
             return
         if "_match_text" in caps:
             caps["_match_text"] = _LAZY
-        self.caps.append((_share(tuple(caps)), *(_share(v) if v.__class__ is str and len(v) < _SHARE_LEN else v
-                                                   for v in caps.values())))
+        got = (_share(tuple(caps)), *(_share(v) if v.__class__ is str and len(v) < _SHARE_LEN else v
+                                      for v in caps.values()))
+        if all(v.__class__ is str or v is _LAZY for v in caps.values()):
+            got = _share(got)  # (every rank's match of one line often captures the same values: one tuple)
+        self.caps.append(got)
 
     @property
     def keys(self) -> dict[Any, int]:
