@@ -338,10 +338,10 @@ class JobBuilder:
             prev = self._pid_rank.get(key)
             # The process's global rank: its rank in the largest communicator it joined (the default PG).
             if prev is None or nranks > prev[1]:
-                self._pid_rank[key] = (rank, nranks)
+                got = self._pid_rank[key] = (rank, nranks)
                 anyhost = self._pid_rank.get((None, ev.pid))
                 if anyhost is None or anyhost == prev:
-                    self._pid_rank[(None, ev.pid)] = (rank, nranks)
+                    self._pid_rank[(None, ev.pid)] = got  # (the same tuple)
                 if prev is not None and prev[0] != rank:
                     self._regrank(key, prev[0], rank)
             grank = self._pid_rank[key][0]
