@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import pickle
 import zlib
+from array import array
 from typing import Any
 
 from .model import Event, EventAccess
@@ -136,3 +137,127 @@ def _pack(ev: Event) -> Event | PackedEvent:
 def unpack(ev: Event | PackedEvent) -> Event:
     """An ``Event`` for ``ev`` (``ev`` itself unless packed)."""
     return ev.unpacked() if isinstance(ev, PackedEvent) else ev
+
+
+_NONE = -(1 << 63)  # an int column's None
+_INT_MAX = 1 << 63
+
+
+def _fits(x: Any) -> bool:
+    return x is None or (x.__class__ is int and _NONE < x < _INT_MAX)
+
+
+class EventStore:
+    """Events held by number, column by column: the rule engine's slots keep at 1,000 ranks 17,000 events, and an
+    object per packed event (its header, its line number's int object, its blob's header: ~175 bytes) costs more
+    than what is left of the event once deflated (60-200 bytes). Here a packed event is one entry in each column
+    (kind, path, host, dictionary: shared objects; line, pid, rank, device, last line: 8-byte ints) and its blob a
+    slice of one ``bytearray``: 88 bytes plus the blob. A whole ``Event`` (and a packed one whose numbers do not fit
+    the columns) is kept as it is, in ``objs``.
+
+    ``get(i)`` gives the event: the whole one, or a ``PackedEvent`` made from the columns; between ``begin_reads``
+    and ``end_reads`` the same object every time (evaluation groups and deduplicates events by identity).
+    """
+
+    __slots__ = ("objs", "kinds", "paths", "hosts", "zdicts", "lines", "pids", "ranks", "devs", "ends", "offs",
+                 "data", "views", "refs", "dead")
+
+    def __init__(self) -> None:
+        self.objs: list[Any] = []  # the whole events (None: packed into the columns)
+        self.kinds: list[Any] = []
+        self.paths: list[Any] = []
+        self.hosts: list[Any] = []
+        self.zdicts: list[Any] = []
+        self.lines, self.pids, self.ranks = array("q"), array("q"), array("q")
+        self.devs, self.ends, self.offs = array("q"), array("q"), array("q", [0])
+        self.data = bytearray()
+        self.views: dict[int, PackedEvent] | None = None
+        self.refs = array("l")  # holders of each event (``ref`` / ``unref``)
+        self.dead = 0  # events no one holds any more (their whole object is dropped; ``compacted`` drops the rest)
+
+    def __len__(self) -> int:
+        return len(self.objs)
+
+    def add(self, ev: Any) -> int:
+        """Keep ``ev`` (an ``Event`` or a ``PackedEvent``); its number."""
+        i = len(self.objs)
+        if ev.__class__ is PackedEvent and _fits(ev.line) and _fits(ev.pid) and _fits(ev.rank) \
+                and _fits(ev.cuda_dev) and _fits(ev.end_line):
+            self.objs.append(None)
+            self.kinds.append(ev.kind)
+            self.paths.append(ev.path)
+            self.hosts.append(ev.host)
+            self.zdicts.append(ev._zdict)
+            self.lines.append(ev.line)
+            self.pids.append(_NONE if ev.pid is None else ev.pid)
+            self.ranks.append(_NONE if ev.rank is None else ev.rank)
+            self.devs.append(_NONE if ev.cuda_dev is None else ev.cuda_dev)
+            self.ends.append(_NONE if ev.end_line is None else ev.end_line)
+            self.data += ev._blob
+        else:
+            self.objs.append(ev)
+            self.kinds.append(None)
+            self.paths.append(None)
+            self.hosts.append(None)
+            self.zdicts.append(None)
+            for col in (self.lines, self.pids, self.ranks, self.devs, self.ends):
+                col.append(0)
+        self.offs.append(len(self.data))
+        self.refs.append(0)
+        return i
+
+    def ref(self, i: int) -> None:
+        self.refs[i] += 1
+
+    def unref(self, i: int) -> None:
+        """One holder of event ``i`` dropped it; with none left, its whole object goes (and it counts as dead)."""
+        self.refs[i] -= 1
+        if not self.refs[i]:
+            self.objs[i] = None
+            self.kinds[i] = self.paths[i] = self.hosts[i] = self.zdicts[i] = None
+            self.dead += 1
+
+    def compacted(self, numbers: list[Any]) -> "EventStore":
+        """A new store of the events still held; each array of event numbers in ``numbers`` renumbered in place."""
+        new = EventStore()
+        remap: dict[int, int] = {}
+        for col in numbers:
+            for j, i in enumerate(col):
+                n = remap.get(i)
+                if n is None:
+                    n = remap[i] = new.add(self.get(i))
+                new.refs[n] += 1
+                col[j] = n
+        return new
+
+    def get(self, i: int) -> Any:
+        """Event number ``i``."""
+        ev = self.objs[i]
+        if ev is not None:
+            return ev
+        views = self.views
+        if views is not None:
+            got = views.get(i)
+            if got is not None:
+                return got
+        p = PackedEvent.__new__(PackedEvent)
+        p.kind, p.path, p.host, p._zdict = self.kinds[i], self.paths[i], self.hosts[i], self.zdicts[i]
+        p.line = self.lines[i]
+        v = self.pids[i]
+        p.pid = None if v == _NONE else v
+        v = self.ranks[i]
+        p.rank = None if v == _NONE else v
+        v = self.devs[i]
+        p.cuda_dev = None if v == _NONE else v
+        v = self.ends[i]
+        p.end_line = None if v == _NONE else v
+        p._blob = bytes(self.data[self.offs[i]:self.offs[i + 1]])
+        if views is not None:
+            views[i] = p
+        return p
+
+    def begin_reads(self) -> None:
+        self.views = {}
+
+    def end_reads(self) -> None:
+        self.views = None
