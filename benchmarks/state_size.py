@@ -89,21 +89,19 @@ def print_detail(a: Analyzer, path: str, top: int = 14) -> None:
         sizes = sorted(((deep_size(v, seen), n) for n, v in _attrs(obj).items()), reverse=True)
         print(f"{label}: " + ", ".join(f"{n} {b / mib:.2f}" for b, n in sizes[:top] if b >= 4096) + " MiB")
     m = a.matcher
-    store = m._store
+    held: dict[int, object] = {}
+    for st in m._states:
+        for sl in st.slots:
+            for ev in sl.held:
+                held[id(ev)] = ev
     kinds: dict[str, list[int]] = {}
-    for i, ev in enumerate(store.objs):
-        if ev is not None:  # a whole event
-            k = kinds.setdefault("whole " + ev.kind, [0, 0])
-            k[0] += 1
-            k[1] += deep_size(ev, seen)
-        else:  # packed into the columns: its blob's bytes (the columns are counted once, below)
-            k = kinds.setdefault("packed " + str(store.kinds[i] or "(dead: no slot holds it)"), [0, 0])
-            k[0] += 1
-            k[1] += store.offs[i + 1] - store.offs[i]
+    for ev in held.values():
+        k = kinds.setdefault(type(ev).__name__ + " " + ev.kind, [0, 0])
+        k[0] += 1
+        k[1] += deep_size(ev, seen)
     n_ev = sum(k[0] for k in kinds.values())
-    b_ev = deep_size(store, seen)
-    print(f"rule engine events: {n_ev}, {b_ev / mib:.2f} MiB (whole events, columns, blobs); by kind (events / MiB of "
-          "whole events or blobs): " + ", ".join(
+    b_ev = sum(k[1] for k in kinds.values())
+    print(f"rule engine events: {n_ev} distinct, {b_ev / mib:.2f} MiB; by kind: " + ", ".join(
         f"{k} {v[0]} / {v[1] / mib:.2f}" for k, v in sorted(kinds.items(), key=lambda x: -x[1][1])[:top]))
     slots = sorted(((deep_size(sl, seen), st.rule.id, sl.part, sl.index, len(sl.held), len(sl.kcount))
                     for st in m._states for sl in st.slots), reverse=True)

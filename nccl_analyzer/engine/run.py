@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from ..model import Event, Evidence, Finding, Fix
 from .match import PREDICATES, PredContext, Selector, event_lines
 from .loader import Rule, placeholders
-from ..packed import FULL_KEEP, EventStore, pack
+from ..packed import FULL_KEEP, pack
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..job import JobBuilder
@@ -52,28 +52,24 @@ class _Slot:
     selector: Selector
     #: the matcher's keys (rank, else process, else path), each once: a slot names a key by its index there
     ring: list[Any] = field(default_factory=list)
-    #: the matcher's events (packed.EventStore): a slot names an event by its number there
-    store: EventStore = field(default_factory=EventStore)
-    #: The matches kept, in input order, column by column: feed order (``seqs``), the event's number (``held``), the
-    #: captures (``caps``: None, or the capture names, one tuple per distinct set of names, then the values), the key's
+    #: The matches kept, in input order, column by column: feed order (``seqs``), the event (``held``), the captures
+    #: (``caps``: None, or the capture names, one tuple per distinct set of names, then the values) and the key's
     #: index (``kidx``). ``kcount``: matches kept per key index, keys in the order they first matched. ``items`` /
     #: ``by_key`` read them back as (seq, event, captures, key) tuples. Columns instead of a tuple and a dict per
     #: match, and a key index instead of a key object and a dict entry per slot: at 1,000 ranks 30,000 tuples,
     #: 13,000 dicts and 20,000 key tuples fewer.
     seqs: array = field(default_factory=lambda: array("q"))
-    held: array = field(default_factory=lambda: array("q"))
+    held: list[Event] = field(default_factory=list)
     caps: list[tuple[Any, ...] | None] = field(default_factory=list)
     kidx: array = field(default_factory=lambda: array("i"))
     kcount: dict[int, int] = field(default_factory=dict)
     count: int = 0  # matches
     stored: int = 0  # matches kept
 
-    def put(self, seq: int, ev: int, caps: dict[str, Any], kid: int) -> None:
-        """Keep one match (``ev``: the event's number in ``store``; ``kid``: its key's index in ``ring``, already in
-        ``kcount``)."""
+    def put(self, seq: int, ev: Event, caps: dict[str, Any], kid: int) -> None:
+        """Keep one match (``kid``: its key's index in ``ring``, already in ``kcount``)."""
         self.seqs.append(seq)
         self.held.append(ev)
-        self.store.ref(ev)
         self.kidx.append(kid)
         self.kcount[kid] += 1
         self.stored += 1
@@ -97,13 +93,11 @@ class _Slot:
     @property
     def items(self) -> list[tuple[int, Event, dict[str, Any], Any]]:
         """The matches kept, in input order, each (seq, event, captures, key)."""
-        ring, get = self.ring, self.store.get
-        return [(seq, get(ev), _NO_CAPS if c is None else dict(zip(c[0], c[1:])), ring[k])
+        ring = self.ring
+        return [(seq, ev, _NO_CAPS if c is None else dict(zip(c[0], c[1:])), ring[k])
                 for seq, ev, c, k in zip(self.seqs, self.held, self.caps, self.kidx)]
 
     def clear(self) -> None:
-        for ev in self.held:
-            self.store.unref(ev)
         del self.seqs[:], self.held[:], self.caps[:], self.kidx[:]
         self.kcount.clear()
 
@@ -261,8 +255,7 @@ class Matcher:
         self.rules = list(rules)
         self._keys: list[Any] = []  # every key a slot kept a match of, once (``_Slot.ring``)
         self._kid: dict[Any, int] = {}  # key -> its index in ``_keys``
-        self._store = EventStore()  # every event a slot kept, once (``_Slot.store``)
-        self._states = [_RuleState(r, [_Slot(part, i, s, self._keys, self._store) for part in ("all", "any", "none")
+        self._states = [_RuleState(r, [_Slot(part, i, s, self._keys) for part in ("all", "any", "none")
                                        for i, s in enumerate(getattr(r.match, part))]) for r in self.rules]
         self._by_kind: dict[str, list[_Slot | None]] = {}
         self._slot_state: dict[int, _RuleState] = {}
@@ -321,24 +314,15 @@ class Matcher:
         if all(sl.stored >= FULL_KEEP for sl, _, _ in took):
             # nccl_analyzer/packed.py: every slot holds the same object, whole or packed
             held = packed if packed is not None else pack(ev)
-        store = self._store
-        num = store.add(held)
-        store.ref(num)  # (held while the slots take it: a kill by this same event must not drop it)
         for sl, st, caps in took:
             if st.dead:  # killed by an earlier slot of this same event
                 continue
-            sl.put(self.seq, num, caps, kid)
+            sl.put(self.seq, held, caps, kid)
             st.dirty = True
             if st.rule.role == "root" and sl.part != "none":
                 self.dirty = True
             if sl.part == "none" and st.rule.match.group_by == "job":
                 self._kill(st, sl)
-        store.unref(num)
-        if store.dead > 1024 and store.dead * 2 > len(store):  # most of the events kept are no one's any more
-            self._store = store.compacted([sl.held for s in self._states for sl in s.slots])
-            for s in self._states:
-                for sl in s.slots:
-                    sl.store = self._store
 
     def _kill(self, st: _RuleState, keep: _Slot) -> None:
         """``st``'s rule is grouped by job and its ``none`` slot ``keep`` matched: no later event can make it hit,
@@ -352,11 +336,9 @@ class Matcher:
         first = next(iter(keep.kcount))
         i = list(keep.kidx).index(first)
         seq, ev, caps = keep.seqs[i], keep.held[i], keep.caps[i]
-        self._store.ref(ev)  # (held across the clear)
         keep.clear()
         keep.kcount[first] = 0
         keep.put(seq, ev, _NO_CAPS if caps is None else dict(zip(caps[0], caps[1:])), first)
-        self._store.unref(ev)
         keep.stored -= 1  # (``put`` counts it again)
         gone = {id(sl) for sl in st.slots}
         for kind, lst in self._by_kind.items():
@@ -374,14 +356,10 @@ class Matcher:
         from ..job import time_key
 
         out: list[Hit] = []
-        self._store.begin_reads()  # (one object per event while evaluating: events are grouped by identity)
-        try:
-            for st in self._states:
-                if roles is not None and st.rule.role not in roles:
-                    continue
-                out.extend(self._rule_hits(st, builder, time_key, skip))
-        finally:
-            self._store.end_reads()
+        for st in self._states:
+            if roles is not None and st.rule.role not in roles:
+                continue
+            out.extend(self._rule_hits(st, builder, time_key, skip))
         self.dirty = False
         return out
 
