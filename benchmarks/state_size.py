@@ -1,6 +1,8 @@
 """Where the per-rank state is: deep sizes of the analysis's parts after reading a whole log, one process.
 
     python benchmarks/state_size.py LOG [LOG ...]      # e.g. /tmp/nccl-bench-real-2.28-1000r.log and the 3000r one
+    python benchmarks/state_size.py --detail LOG       # also: which attributes, slots and events hold the bytes
+    python benchmarks/state_size.py --tracemalloc 25 LOG   # also: the 25 source lines that allocated most (slow)
 
 For each log: reads it with ``Analyzer.run_source`` (workers=1, what ``analyze`` does for one file before
 ``finish``), then sizes, in this order, what each part holds that an earlier part does not (an object shared by
@@ -42,11 +44,18 @@ def deep_size(root: object, seen: set[int]) -> int:
     return total
 
 
-def parts(path: str) -> dict[str, int]:
+def read(path: str) -> Analyzer:
     a = Analyzer()
     src = expand_inputs([path])[0]
     a.add_sources([src])
     a.run_source(src)
+    return a
+
+
+def parts(path: str, detail: bool = False) -> dict[str, int]:
+    a = read(path)
+    if detail:
+        print_detail(a, path)
     seen: set[int] = set()
     # the rules, their compiled tests and the kind index are the base: the same at every size
     deep_size(a.rules, seen)
@@ -61,16 +70,80 @@ def parts(path: str) -> dict[str, int]:
     return out
 
 
+def _attrs(o: object) -> dict[str, object]:
+    names = getattr(o, "__slots__", None)
+    if names is not None:
+        return {n: getattr(o, n) for n in names if hasattr(o, n)}
+    return dict(vars(o))
+
+
+def print_detail(a: Analyzer, path: str, top: int = 14) -> None:
+    """Where the bytes are: the job model's and the ledger's attributes, the rule engine's events and slots (each
+    part counted as in ``parts``: what no earlier part holds)."""
+    mib = 2 ** 20
+    seen: set[int] = set()
+    deep_size(a.rules, seen)
+    deep_size(a._streams, seen)
+    print(f"-- {Path(path).name}")
+    for label, obj in (("job model", a.builder), ("fail-safe ledger", a.ledger)):
+        sizes = sorted(((deep_size(v, seen), n) for n, v in _attrs(obj).items()), reverse=True)
+        print(f"{label}: " + ", ".join(f"{n} {b / mib:.2f}" for b, n in sizes[:top] if b >= 4096) + " MiB")
+    m = a.matcher
+    held: dict[int, object] = {}
+    for st in m._states:
+        for sl in st.slots:
+            for ev in sl.held:
+                held[id(ev)] = ev
+    kinds: dict[str, list[int]] = {}
+    for ev in held.values():
+        k = kinds.setdefault(type(ev).__name__ + " " + ev.kind, [0, 0])
+        k[0] += 1
+        k[1] += deep_size(ev, seen)
+    n_ev = sum(k[0] for k in kinds.values())
+    b_ev = sum(k[1] for k in kinds.values())
+    print(f"rule engine events: {n_ev} distinct, {b_ev / mib:.2f} MiB; by kind: " + ", ".join(
+        f"{k} {v[0]} / {v[1] / mib:.2f}" for k, v in sorted(kinds.items(), key=lambda x: -x[1][1])[:top]))
+    slots = sorted(((deep_size(sl, seen), st.rule.id, sl.part, sl.index, len(sl.held), len(sl.kcount))
+                    for st in m._states for sl in st.slots), reverse=True)
+    print(f"rule engine slots (matches kept, keys): {sum(x[0] for x in slots) / mib:.2f} MiB; " + ", ".join(
+        f"{r}/{p}{i} {n}, {k}: {b / mib:.2f}" for b, r, p, i, n, k in slots[:top] if n))
+
+
+def top_lines(path: str, n: int) -> None:
+    """The source lines that allocated the most of what is still held after reading ``path`` (tracemalloc)."""
+    import tracemalloc
+
+    tracemalloc.start()
+    a = read(path)
+    snap = tracemalloc.take_snapshot()
+    tracemalloc.stop()
+    stats = snap.statistics("lineno")
+    print(f"-- {Path(path).name}: {sum(s.size for s in stats) / 2**20:.2f} MiB traced; top {n} lines")
+    for s in stats[:n]:
+        fr = s.traceback[0]
+        print(f"{s.size / 2**20:8.2f} MiB {s.count:>9} blocks  {Path(fr.filename).name}:{fr.lineno}")
+    del a
+
+
 def ranks_of(path: str) -> int | None:
     m = re.search(r"-(\d+)r\.log$", path)
     return int(m.group(1)) if m else None
 
 
 def main(argv: list[str]) -> int:
+    detail = "--detail" in argv
+    argv = [x for x in argv if x != "--detail"]
+    lines = 0
+    if argv[:1] == ["--tracemalloc"] and len(argv) > 1 and argv[1].isdigit():
+        lines, argv = int(argv[1]), argv[2:]
     if not argv:
         print(__doc__)
         return 2
-    rows = [(p, parts(p)) for p in argv]
+    if lines:
+        for p in argv:
+            top_lines(p, lines)
+        return 0
+    rows = [(p, parts(p, detail)) for p in argv]
     names = list(rows[0][1])
     print(f"{'part':<18}" + "".join(f"{Path(p).name[-14:]:>16}" for p, _ in rows) + "  KiB/rank")
     r0, r1 = ranks_of(rows[0][0]), ranks_of(rows[-1][0])

@@ -7,6 +7,7 @@ from typing import Any
 
 from .agents import ElasticAgents
 from .model import Event, Evidence, JobModel, RankInfo
+from .packed import pack
 from .stage import KIND_PREFIX_STAGE, KIND_STAGE, StageTracker
 
 #: Entries kept per rank timeline; processes (pids, hosts) and communicators remembered at most.
@@ -18,6 +19,7 @@ MAX_WORLD = 1 << 20
 #: A timeline entry's keys, in order (the builder holds an entry as a tuple of these values until ``build``).
 _TIMELINE_KEYS = ("kind", "path", "line", "time", "what")
 _LABELS: dict[str, str] = {}
+_TIMES: dict[str, str] = {}  # timeline times, one string object per distinct time (many ranks log the same second)
 
 
 def _shared(label: str) -> str:
@@ -27,6 +29,34 @@ def _shared(label: str) -> str:
         if len(_LABELS) >= 4096:
             return label
         got = _LABELS[label] = label
+    return got
+
+
+_VALUES: dict[Any, Any] = {}
+
+
+def _shared_value(v: Any) -> Any:
+    """One object per distinct short string or int of the per-rank records (every rank's watchdog entry holds the
+    same op, sizes and timeout; bounded: past 65,536 values a value is kept as it is)."""
+    if v.__class__ is not int and (v.__class__ is not str or len(v) > 64):
+        return v
+    got = _VALUES.get(v)
+    if got is None:
+        if len(_VALUES) < 65536:
+            _VALUES[v] = v
+        return v
+    return got
+
+
+def _shared_time(t: str | None) -> str | None:
+    """One string object per distinct timeline time (bounded: past 65,536 times a time is kept as it is)."""
+    if t is None:
+        return None
+    got = _TIMES.get(t)
+    if got is None:
+        if len(_TIMES) < 65536:
+            _TIMES[t] = t
+        return t
     return got
 
 
@@ -102,7 +132,7 @@ class JobBuilder:
         self._pid_host: dict[int, str] = {}  # pid -> hostname from NCCL's line prefix
         self.kinds: dict[str, int] = {}
         self._pid_rank: dict[tuple[str | None, int], tuple[int, int]] = {}  # (host,pid) -> (rank, nranks)
-        self._pid_info: dict[tuple[str | None, int], dict[str, Any]] = {}
+        self._pid_version: dict[tuple[str | None, int], str] = {}  # (host, pid) -> the NCCL version it printed
         self._elastic_rank: dict[int, int] = {}  # worker pid -> global rank, as torchrun's failure report says
         self._elastic_top = -1  # the highest rank torchrun reported
         self._elastic_pids: set[int] = set()  # worker pids torchrun names (teardown, failures, its report)
@@ -118,13 +148,12 @@ class JobBuilder:
         # One process driving several GPUs (nccl-tests -g N, a single-process multi-GPU program): one Init line per
         # GPU, each its own rank. (host, pid, cudaDev) -> (rank, nranks); the (host, pid) that logged several GPUs.
         self._dev_rank: dict[tuple[str | None, int, int], tuple[int, int]] = {}
-        self._pid_devs: dict[tuple[str | None, int], set[int]] = {}
+        self._pid_devs: dict[tuple[str | None, int], int] = {}  # (host, pid) -> the first GPU it logged an Init for
         self.multi_gpu: set[tuple[str | None, int]] = set()
         # (host, pid) -> (commId, rank, busId) of each Init line it logged (to re-map a subgroup's Init logged first)
         self._proc_inits: dict[tuple[str | None, int], list[tuple[str, int, str | None]]] = {}
         self.init: dict[str, dict[int, str]] = {}  # comm_id -> rank -> started|complete
         self.busids: dict[tuple[str, str], set[int]] = {}  # (host, busId) -> global ranks (per comm -> see comms)
-        self.busid_comm: dict[tuple[str, str, str], set[int]] = {}  # (host, busId, comm) -> comm ranks
         self.busid_pids: dict[tuple[str, str, str], set[int]] = {}  # (host, busId, comm) -> pids on that GPU
         self.busid_events: dict[tuple[str, str, str], list[Event]] = {}  # first Init START lines per GPU (evidence)
         self.versions_by_proc: dict[str, set[str]] = {}  # version -> {"host:pid" or "rank N"}
@@ -243,7 +272,7 @@ class JobBuilder:
     def _timeline(self, ev: Event, what: str | None = None) -> None:
         # held as a tuple with the label shared (``_shared``) until ``build`` makes it the entry dict: a tuple is a
         # third of a dict's size, and every rank's "transport P2P/IPC" is the same text
-        entry = (ev.kind, ev.path, ev.line, ev.time, _shared(what or ev.kind))
+        entry = (ev.kind, ev.path, ev.line, _shared_time(ev.time), _shared(what or ev.kind))
         r = self.rank_of(ev)
         if r is None:
             return  # every caller has a rank (an Init line's pid has just been mapped to its rank)
@@ -266,14 +295,8 @@ class JobBuilder:
             self.error_ranks[r] = (time_key(ev.time), self.events)
             self._timeline(ev, "first error")
 
-    def _proc(self, ev: Event) -> dict[str, Any]:
-        key = (ev.host, ev.pid or 0)
-        info = self._pid_info.get(key)
-        if info is None:
-            info = {}
-            if len(self._pid_info) < _PID_CAP:
-                self._pid_info[key] = info
-        return info
+    def _proc_version(self, ev: Event) -> str | None:
+        return self._pid_version.get((ev.host, ev.pid or 0))
 
     # -- handlers ------------------------------------------------------------------------------------------
     def _on_version(self, ev: Event) -> None:
@@ -290,7 +313,9 @@ class JobBuilder:
         self.versions_by_proc.setdefault(v, set()).add(who)
         self.version_events.setdefault(v, ev)
         if ev.pid is not None:
-            self._proc(ev)["nccl_version"] = v
+            key = (ev.host, ev.pid or 0)
+            if key in self._pid_version or len(self._pid_version) < _PID_CAP:
+                self._pid_version[key] = _shared(v)
             r = self.rank_of(ev)
             if r is not None:
                 self._rank(r).nccl_version = v
@@ -313,10 +338,10 @@ class JobBuilder:
             prev = self._pid_rank.get(key)
             # The process's global rank: its rank in the largest communicator it joined (the default PG).
             if prev is None or nranks > prev[1]:
-                self._pid_rank[key] = (rank, nranks)
+                got = self._pid_rank[key] = (rank, nranks)
                 anyhost = self._pid_rank.get((None, ev.pid))
                 if anyhost is None or anyhost == prev:
-                    self._pid_rank[(None, ev.pid)] = (rank, nranks)
+                    self._pid_rank[(None, ev.pid)] = got  # (the same tuple)
                 if prev is not None and prev[0] != rank:
                     self._regrank(key, prev[0], rank)
             grank = self._pid_rank[key][0]
@@ -326,9 +351,7 @@ class JobBuilder:
                 dk = (ev.host, ev.pid, dev)
                 if dk not in self._dev_rank or nranks > self._dev_rank[dk][1]:
                     self._dev_rank[dk] = (rank, nranks)
-                devs = self._pid_devs.setdefault(key, set())
-                devs.add(dev)
-                if len(devs) > 1:
+                if self._pid_devs.setdefault(key, dev) != dev:  # a second GPU of one process
                     self.multi_gpu.add(key)
                 if key in self.multi_gpu and self._dev_rank[dk][1] >= self._pid_rank[key][1]:
                     grank = self._dev_rank[dk][0]  # this GPU's rank in the process's largest communicator
@@ -352,11 +375,12 @@ class JobBuilder:
                 pids.add(ev.pid)
         states = self.init.setdefault(comm, {}) if comm in self.job.communicators else {}
         if complete:
-            states[rank] = "complete"
+            if states.get(rank) != "complete":
+                states[rank] = "complete"
+                if c is not None:  # (a count kept as it goes: summing the states per Init line is quadratic in ranks)
+                    c["complete"] += 1
         else:
             states.setdefault(rank, "started")
-        if c is not None:
-            c["complete"] = sum(1 for s in states.values() if s == "complete")
             if len(c["ranks"]) < 1024:
                 c["ranks"][rank] = grank
         info = self._rank(grank)
@@ -373,17 +397,17 @@ class JobBuilder:
             if ev.host is not None or ev.pid is not None:
                 host = ev.host or "?"
                 self.busids.setdefault((host, bus), set()).add(grank)
+                bk = (host, bus, comm)  # (one key object for both tables)
                 if ev.pid is not None and len(self.busid_pids) < _COMM_CAP:
                     # Per communicator: two processes of ONE comm on one GPU. Separate jobs that reuse a GPU one
                     # after the other (concatenated NCCL_DEBUG_FILEs) have different commIds.
-                    pids = self.busid_pids.setdefault((host, bus, comm), set())
+                    pids = self.busid_pids.setdefault(bk, set())
                     if ev.pid not in pids and len(pids) < 64:
                         pids.add(ev.pid)
-                        self.busid_events.setdefault((host, bus, comm), []).append(ev)
-                self.busid_comm.setdefault((host, bus, comm), set()).add(rank)
-        proc = self._proc(ev)
-        if proc.get("nccl_version") and not info.nccl_version:
-            info.nccl_version = proc["nccl_version"]
+                        self.busid_events.setdefault(bk, []).append(pack(ev))  # (evidence only)
+        version = self._proc_version(ev)
+        if version and not info.nccl_version:
+            info.nccl_version = version
         if complete:
             info.init_state = "complete"
         elif info.init_state in ("unknown",):
@@ -461,10 +485,10 @@ class JobBuilder:
         if r is None:
             return
         op = ev.get("op")
-        entry = {"op_type": op, "source": "nccl.coll", "line": ev.line}
+        entry = {"op_type": _shared_value(op), "source": "nccl.coll", "line": ev.line}
         for name in ("op_count", "count", "datatype"):
             if ev.get(name) is not None:
-                entry[name] = ev.get(name)
+                entry[name] = _shared_value(ev.get(name))
         prev = self.collectives.get(r)
         if prev is not None and str(prev.get("source", "")).startswith("torch."):
             # The watchdog's report of where this rank stopped (op, SeqNum, last completed) stays: a later NCCL call
@@ -481,12 +505,11 @@ class JobBuilder:
                      "last_completed"):
             v = ev.get(name)
             if v is not None:
-                entry[name] = v
+                entry[name] = _shared_value(v)
         prev = self.collectives.get(r) or {}
         merged = {**prev, **entry} if prev.get("source", "").startswith("torch.") else entry
         self.collectives[r] = merged
-        info = self._rank(r)
-        info.last_collective = {k: v for k, v in merged.items() if k not in ("line", "path")}
+        # (the rank's ``last_collective`` is made from ``collectives`` by ``build``: no copy per rank meanwhile)
         self._timeline(ev, "watchdog timeout" if ev.kind == "torch.watchdog.timeout" else ev.kind)
 
     def _on_desync(self, ev: Event) -> None:
@@ -545,7 +568,7 @@ class JobBuilder:
         if rank is None:
             return
         rank = int(rank)
-        entry = {k: ev.get(k) for k in ("exitcode", "signal", "pid", "host", "local_rank", "time")
+        entry = {k: _shared_value(ev.get(k)) for k in ("exitcode", "signal", "pid", "host", "local_rank", "time")
                  if ev.get(k) is not None}
         if ev.get("root_cause") is not None:
             entry["first_observed"] = bool(ev.get("root_cause"))
@@ -574,7 +597,9 @@ class JobBuilder:
                 self._elastic_top = max(self._elastic_top, rank)
         tl = info.timeline
         if len(tl) < TIMELINE_CAP:
-            tl.append((ev.kind, ev.path, ev.line, ev.get("time"), _shared(f"exit {entry.get('exitcode')}")))
+            t = ev.get("time")
+            tl.append((ev.kind, ev.path, ev.line, _shared_time(t) if t.__class__ is str else t,
+                       _shared(f"exit {entry.get('exitcode')}")))
 
     def _on_torch_log(self, ev: Event) -> None:
         msg = str(ev.get("msg", ""))
@@ -630,11 +655,11 @@ class JobBuilder:
         for r in [r for r in basis or () if r in self._stated]:
             del basis[r]  # a later line stated the rank the spawn index gave
         job.env = dict(self.env)
-        for (host, pid), info in list(self._pid_info.items()):
+        for (host, pid), version in list(self._pid_version.items()):
             hit = self._pid_rank.get((host, pid))
-            if hit is not None and info.get("nccl_version"):
+            if hit is not None and version:
                 ri = self._rank(hit[0])
-                ri.nccl_version = ri.nccl_version or info["nccl_version"]
+                ri.nccl_version = ri.nccl_version or version
         if job.backend is None:
             if any(k.startswith("nccl.") for k in self.kinds):
                 job.backend = "nccl"

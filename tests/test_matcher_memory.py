@@ -51,8 +51,18 @@ def test_matches_without_captures_share_one_item(tmp_path):
         '\n[[match.any]]\nkind = "nccl.warn.*"\n'
     two = two.replace("[fix]", '[[match.any]]\nkind = "nccl.warn.*"\nmsg = "~broke"\n\n[fix]')
     a = _feed([parse_rule(write(tmp_path, two))], "a:1:1 [0] init.cc:1 NCCL WARN thing broke\n")
-    items = [it for st in a.matcher._states for sl in st.slots for v in sl.by_key.values() for it in v]
-    assert len(items) >= 2 and all(it is items[0] for it in items) and items[0][2] is _NO_CAPS
+    slots = [sl for st in a.matcher._states for sl in st.slots if sl.held]
+    assert len(slots) >= 2 and all(sl.caps == [None] and sl.held[0] is slots[0].held[0] for sl in slots)
+    items = [it for sl in slots for v in sl.by_key.values() for it in v]
+    assert all(it[2] is _NO_CAPS for it in items), "read back with the one shared empty dict"
+
+
+def test_captures_are_kept_as_names_and_values_and_read_back_as_the_dict(tmp_path):
+    text = "".join(f"a:{p}:{p} [0] init.cc:1 NCCL WARN thing broke{p}\n" for p in (1, 2))
+    a = _feed([parse_rule(write(tmp_path, GOOD))], text)
+    sl = next(sl for st in a.matcher._states for sl in st.slots if sl.held)
+    assert sl.caps[0][0] is sl.caps[1][0] == ("what",), "one names tuple for every match with the same captures"
+    assert [it[2] for it in sl.items] == [{"what": "broke1"}, {"what": "broke2"}]
 
 
 def test_a_packed_event_reads_as_the_event_it_packs():
@@ -110,15 +120,26 @@ def test_events_waiting_behind_an_open_traceback_come_out_the_same_packed(monkey
     assert packed == whole and all(type(e) is type(w) for e, w in zip(packed, whole))
 
 
-def test_a_packed_fields_blob_is_compressed_only_when_long():
+def test_packed_events_of_one_kind_deflate_against_the_first_ones_pickle():
+    # every rank prints the same line with other numbers in it: what is left of the second one is mostly its numbers
     from nccl_analyzer.model import Event
-    from nccl_analyzer.packed import ZIP_OVER, pack
+    from nccl_analyzer.packed import _DICTS, pack
 
-    short = pack(Event("k", "p", 1, "t", fields={"a": 1}))
-    lines = [f"line {i} " + "x" * 40 for i in range(ZIP_OVER // 10)]
-    long_ = pack(Event("k", "p", 1, "t", fields={"lines": lines}))
-    assert short._blob[0] != 0x78 and long_._blob[0] == 0x78 and len(long_._blob) < ZIP_OVER
-    assert short.fields == {"a": 1} and long_.fields == {"lines": lines}
+    def ev(r: int) -> Event:
+        text = f"[rank{r}]:[E1129 15:22:31.80305{r:04d} ProcessGroupNCCL.cpp:2636] [PG ID 0 PG GUID 0(default_pg) " \
+               f"Rank {r}] First PG on this rank to signal dumping."
+        return Event("test.packed.kind", "x.log", 100 + r, text, rank=r, time=f"1129 15:22:31.{r:06d}",
+                     fields={"msg": text[50:], "pg_rank": str(r), "lines": [text, "  more"], "n": r})
+
+    first, second = pack(ev(1)), pack(ev(2))
+    assert first._zdict is second._zdict is _DICTS["test.packed.kind"]
+    assert len(second._blob) < len(second.text) // 3, "deflated against the first event's pickle"
+    for p, r in ((first, 1), (second, 2)):
+        e = ev(r)
+        assert p.text == e.text and p.time == e.time and p.fields == e.fields and p.unpacked() == e
+        assert p.fields is not p.fields, "a new dict every time it is read (a reader may change it)"
+    assert pack(Event("x", "p", 1, "t" * 63)).__class__ is Event
+    assert pack(Event("x", "p", 1, "t" * 64)).text == "t" * 64, "a long text alone is packed too"
 
 
 def test_a_slot_reads_its_matches_grouped_by_key_in_first_match_order(tmp_path):

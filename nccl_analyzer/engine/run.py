@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+from array import array
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -22,6 +23,26 @@ EVIDENCE_CAP = 6
 #: The captures of a match that captured nothing, shared by all such matches (read only: 135k empty dicts and as many
 #: tuples at 1,000 ranks otherwise).
 _NO_CAPS: dict[str, Any] = {}
+#: Stands for a match's ``_match_text`` (the text a body regex matched) in the captures a slot keeps: only the
+#: matches a hit's bound values come from read it, and ``_resolved`` tests those again (the same event, the same
+#: selector: the same text). At 1,000 ranks 13,000 matched texts of 100-500 characters are not kept.
+_LAZY = object()
+
+
+#: Capture-name tuples and short captured values, one object per distinct one (bounded: past this many a new one is
+#: kept as it is). Every rank's watchdog line captures the same ``op_type`` and often the same ``seq``.
+_SHARED: dict[Any, Any] = {}
+_SHARED_CAP = 65536
+_SHARE_LEN = 64
+
+
+def _share(v: Any) -> Any:
+    got = _SHARED.get(v)
+    if got is None:
+        if len(_SHARED) < _SHARED_CAP:
+            _SHARED[v] = v
+        return v
+    return got
 
 
 @dataclass(slots=True)
@@ -29,18 +50,62 @@ class _Slot:
     part: str  # all | any | none
     index: int
     selector: Selector
-    #: the matches kept, in input order, each (seq, event, captures, key); ``keys``: matches kept per key (rank,
-    #: else process, else path), in the order the keys first matched. One flat list per slot instead of one list per
-    #: slot and key: at 1,000 ranks 23,000 lists fewer.
-    items: list[tuple[int, Event, dict[str, Any], Any]] = field(default_factory=list)
-    keys: dict[Any, int] = field(default_factory=dict)
+    #: the matcher's keys (rank, else process, else path), each once: a slot names a key by its index there
+    ring: list[Any] = field(default_factory=list)
+    #: The matches kept, in input order, column by column: feed order (``seqs``), the event (``held``), the captures
+    #: (``caps``: None, or the capture names, one tuple per distinct set of names, then the values) and the key's
+    #: index (``kidx``). ``kcount``: matches kept per key index, keys in the order they first matched. ``items`` /
+    #: ``by_key`` read them back as (seq, event, captures, key) tuples. Columns instead of a tuple and a dict per
+    #: match, and a key index instead of a key object and a dict entry per slot: at 1,000 ranks 30,000 tuples,
+    #: 13,000 dicts and 20,000 key tuples fewer.
+    seqs: array = field(default_factory=lambda: array("q"))
+    held: list[Event] = field(default_factory=list)
+    caps: list[tuple[Any, ...] | None] = field(default_factory=list)
+    kidx: array = field(default_factory=lambda: array("i"))
+    kcount: dict[int, int] = field(default_factory=dict)
     count: int = 0  # matches
     stored: int = 0  # matches kept
+
+    def put(self, seq: int, ev: Event, caps: dict[str, Any], kid: int) -> None:
+        """Keep one match (``kid``: its key's index in ``ring``, already in ``kcount``)."""
+        self.seqs.append(seq)
+        self.held.append(ev)
+        self.kidx.append(kid)
+        self.kcount[kid] += 1
+        self.stored += 1
+        if not caps:
+            self.caps.append(None)
+            return
+        if "_match_text" in caps:
+            caps["_match_text"] = _LAZY
+        got = (_share(tuple(caps)), *(_share(v) if v.__class__ is str and len(v) < _SHARE_LEN else v
+                                      for v in caps.values()))
+        if all(v.__class__ is str or v is _LAZY for v in caps.values()):
+            got = _share(got)  # (every rank's match of one line often captures the same values: one tuple)
+        self.caps.append(got)
+
+    @property
+    def keys(self) -> dict[Any, int]:
+        """Matches kept per key, keys in the order they first matched."""
+        ring = self.ring
+        return {ring[k]: n for k, n in self.kcount.items()}
+
+    @property
+    def items(self) -> list[tuple[int, Event, dict[str, Any], Any]]:
+        """The matches kept, in input order, each (seq, event, captures, key)."""
+        ring = self.ring
+        return [(seq, ev, _NO_CAPS if c is None else dict(zip(c[0], c[1:])), ring[k])
+                for seq, ev, c, k in zip(self.seqs, self.held, self.caps, self.kidx)]
+
+    def clear(self) -> None:
+        del self.seqs[:], self.held[:], self.caps[:], self.kidx[:]
+        self.kcount.clear()
 
     @property
     def by_key(self) -> dict[Any, list[tuple[int, Event, dict[str, Any], Any]]]:
         """The matches kept, grouped by key: keys in the order they first matched, each key's in input order."""
-        out: dict[Any, list[tuple[int, Event, dict[str, Any], Any]]] = {k: [] for k in self.keys}
+        ring = self.ring
+        out: dict[Any, list[tuple[int, Event, dict[str, Any], Any]]] = {ring[k]: [] for k in self.kcount}
         for it in self.items:
             out[it[3]].append(it)
         return out
@@ -188,7 +253,9 @@ class Matcher:
 
     def __init__(self, rules: list[Rule]):
         self.rules = list(rules)
-        self._states = [_RuleState(r, [_Slot(part, i, s) for part in ("all", "any", "none")
+        self._keys: list[Any] = []  # every key a slot kept a match of, once (``_Slot.ring``)
+        self._kid: dict[Any, int] = {}  # key -> its index in ``_keys``
+        self._states = [_RuleState(r, [_Slot(part, i, s, self._keys) for part in ("all", "any", "none")
                                        for i, s in enumerate(getattr(r.match, part))]) for r in self.rules]
         self._by_kind: dict[str, list[_Slot | None]] = {}
         self._slot_state: dict[int, _RuleState] = {}
@@ -218,7 +285,7 @@ class Matcher:
         if not slots:
             return
         memo: dict[str, Any] = {}
-        key = None
+        key = kid = None
         took: list[tuple[_Slot, _RuleState, dict[str, Any]]] = []
         for sl in slots:
             caps = sl.selector.test(ev, memo)
@@ -230,11 +297,15 @@ class Matcher:
             sl.count += 1
             if key is None:
                 key = _raw_key(ev)
-            n = sl.keys.get(key)
+                kid = self._kid.get(key)
+            n = None if kid is None else sl.kcount.get(kid)
             if n is None:
-                if len(sl.keys) >= CAP_KEYS:
+                if len(sl.kcount) >= CAP_KEYS:
                     continue
-                n = sl.keys[key] = 0
+                if kid is None:  # (a key is kept once some slot keeps a match of it: bounded by the slots' caps)
+                    kid = self._kid[key] = len(self._keys)
+                    self._keys.append(key)
+                n = sl.kcount[kid] = 0
             if n < CAP_PER_KEY:
                 took.append((sl, st, caps))
         if not took:
@@ -243,18 +314,10 @@ class Matcher:
         if all(sl.stored >= FULL_KEEP for sl, _, _ in took):
             # nccl_analyzer/packed.py: every slot holds the same object, whole or packed
             held = packed if packed is not None else pack(ev)
-        plain = None  # (seq, held, _NO_CAPS, key), one tuple for every slot that captured nothing
         for sl, st, caps in took:
             if st.dead:  # killed by an earlier slot of this same event
                 continue
-            sl.stored += 1
-            sl.keys[key] += 1
-            if caps:
-                sl.items.append((self.seq, held, caps, key))
-            else:
-                if plain is None:
-                    plain = (self.seq, held, _NO_CAPS, key)
-                sl.items.append(plain)
+            sl.put(self.seq, held, caps, kid)
             st.dirty = True
             if st.rule.role == "root" and sl.part != "none":
                 self.dirty = True
@@ -268,12 +331,15 @@ class Matcher:
         st.dead = True
         for sl in st.slots:
             if sl is not keep:
-                sl.items.clear()
-                sl.keys.clear()
+                sl.clear()
         # the first match kept is the first of the first key (keys are in the order they first matched)
-        first = next(iter(keep.keys))
-        keep.items = [it for it in keep.items if it[3] == first][:1]
-        keep.keys = {first: len(keep.items)}
+        first = next(iter(keep.kcount))
+        i = list(keep.kidx).index(first)
+        seq, ev, caps = keep.seqs[i], keep.held[i], keep.caps[i]
+        keep.clear()
+        keep.kcount[first] = 0
+        keep.put(seq, ev, _NO_CAPS if caps is None else dict(zip(caps[0], caps[1:])), first)
+        keep.stored -= 1  # (``put`` counts it again)
         gone = {id(sl) for sl in st.slots}
         for kind, lst in self._by_kind.items():
             if any(id(sl) in gone for sl in lst):
@@ -356,19 +422,20 @@ class Matcher:
             return (item[0], 0)
 
         chosen: list[tuple[int, Event, dict[str, Any]]] = []
+        slots = st.slots
         if m.ordered:
             last = -1
             for i in all_idx:
                 cand = sorted((it for it in per_slot[i] if it[0] > last), key=order)
                 if not cand:
                     return None
-                chosen.append(cand[0])
+                chosen.append(_resolved(cand[0], slots[i]))
                 last = cand[0][0]
         else:
-            chosen = [min(per_slot[i], key=order) for i in all_idx]
-        anys = sorted((it for i in any_idx for it in per_slot.get(i, [])), key=order)
+            chosen = [_resolved(min(per_slot[i], key=order), slots[i]) for i in all_idx]
+        anys = sorted(((it, i) for i in any_idx for it in per_slot.get(i, [])), key=lambda p: order(p[0]))
         if anys:
-            chosen.append(anys[0])
+            chosen.append(_resolved(anys[0][0], slots[anys[0][1]]))
         if m.within is not None and len(chosen) > 1:
             times = [time_key(it[1].time) for it in chosen]
             known = [t for t in times if t is not None]
@@ -463,6 +530,16 @@ class Matcher:
         return Hit(rule=rule, group=g, events=ordered_events, seq=seq, time=time_key(key.time),
                    ranks=tuple(sorted(ranks)), hosts=tuple(sorted(hosts)), bound=bound, evidence=evidence, count=count,
                    event_ranks=event_ranks, victims_only=victims_only and pred_ranks is None)
+
+
+def _resolved(item: tuple[int, Event, dict[str, Any], Any], sl: _Slot) -> tuple[int, Event, dict[str, Any], Any]:
+    """``item`` with its ``_match_text`` (kept as ``_LAZY``) found again: the slot's selector tests the event again."""
+    caps = item[2]
+    if caps.get("_match_text") is not _LAZY:
+        return item
+    again = sl.selector.test(item[1], {}) or {}
+    caps = {k: (again.get("_match_text") if v is _LAZY else v) for k, v in caps.items()}
+    return (item[0], item[1], caps, item[3])
 
 
 _LABEL_LINE = re.compile(r"^(?:\[\w+\d*\]:\s?)?[A-Za-z][\w ]{0,30}:\s*$")
