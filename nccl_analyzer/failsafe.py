@@ -132,7 +132,19 @@ class ErrorLedger:
                 err.parent = self._last_warn.get(proc)
             elif entry.subtable == "nccl" and len(self._last_warn) < self.cap:
                 self._last_warn[proc] = err
+            if entry.absorbs_traces:
+                self._absorb_traces(err)
         self.errors.append(err)
+
+    def _absorb_traces(self, err: _Err) -> None:
+        """The return-code traces its process printed right before ``err`` (no other error line of that process in
+        between) are ``err``'s failure on its way up NCCL's call stack: they share its fate."""
+        for prev in reversed(self.errors[-64:]):
+            if (prev.path, prev.host, prev.pid) != (err.path, err.host, err.pid):
+                continue
+            if prev.kind != _TRACE or prev.parent is not None:
+                break
+            prev.parent = err
 
     def _handled(self, ev: Event) -> bool:
         """Whether a traceback was printed by the program's handler: whole, and its outermost frame is no entry."""

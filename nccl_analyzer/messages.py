@@ -54,6 +54,8 @@ class _Entry:
     retry: bool = False
     formats: tuple[str, ...] = ()
     teardown: str | None = None
+    # the NCCL return-code traces the same process printed just before this line are this failure on its way up
+    absorbs_traces: bool = False
 
     def meaning(self) -> Meaning:
         return Meaning(self.id, self.harmless, f"{self.table}:{self.name}", self.note, self.retry, self.teardown)
@@ -201,7 +203,8 @@ def _entry(raw: dict[str, Any], table: str, where: str, seen: set[str]) -> _Entr
                   msg=_compile(msg, f"{where} ({name})") if msg is not None else None, kinds=kinds, where=whr,
                   via=raw.get("via"), subtable=sub, retry=bool(raw.get("retry", False)),
                   formats=tuple(raw.get("formats", ())),
-                  teardown=str(raw["teardown"]) if raw.get("teardown") else None)
+                  teardown=str(raw["teardown"]) if raw.get("teardown") else None,
+                  absorbs_traces=bool(raw.get("absorbs_traces", False)))
 
 
 def _read(path: Path) -> dict[str, Any]:
