@@ -185,3 +185,58 @@ def test_loopback_retry_that_succeeded_is_no_failure():
                        "commId 0x9 - Init COMPLETE\n")
     _, root = _root(log)
     assert root is None
+
+
+# -- torchelastic's failure summary with its column layout lost in the paste --------------------------------------
+_SUMMARY = """\
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+pretrain.py FAILED
+------------------------------------------------------------
+Failures:
+  <NO_OTHER_FAILURES>
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2025-03-02_11:40:09
+  host      : gpu-node-4
+  rank      : 3 (local_rank: 3)
+  exitcode  : -9 (pid: 77120)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 77120
+============================================================
+"""
+
+
+@pytest.mark.parametrize("how", ["dedented", "collapsed"])
+def test_a_flattened_torchelastic_summary_still_names_the_rank(how):
+    lines = _SUMMARY.splitlines()
+    if how == "dedented":  # Markdown / a log viewer trimmed the leading spaces
+        lines = [ln.lstrip() for ln in lines]
+    else:  # runs of spaces collapsed to one
+        lines = [" ".join(ln.split(" ")) if not ln.startswith("  ") else " " + " ".join(ln.split()) for ln in lines]
+    d, root = _root("\n".join(lines) + "\n")
+    assert root == "host_oom"
+    assert d.root_cause.ranks == (3,)
+
+
+# -- a box border is no hard-wrapped line (paste.py) ----------------------------------------------------------------
+def test_a_border_at_the_wrap_width_does_not_swallow_the_next_line():
+    border = "=" * 85
+    log = (f"{border}\n=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n=   EXIT CODE: 135\n{border}\n"
+           "APPLICATION TERMINATED WITH THE EXIT STRING: Bus error (signal 7)\n")
+    d, root = _root(log)
+    assert root == "shm"
+    assert d.root_cause.evidence[0].text.startswith("APPLICATION TERMINATED")
+
+
+# -- Ray's own out-of-memory kill is the host's memory -------------------------------------------------------------
+def test_ray_oom_kill_is_host_memory():
+    log = ("Traceback (most recent call last):\n"
+           '  File "/app/driver.py", line 40, in <module>\n'
+           "    ray.get(refs)\n"
+           "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.\n"
+           "Memory on the node (IP: 10.0.0.5) where the task was running was 61.2GB / 62.0GB (0.98), which exceeds the "
+           "memory usage threshold of 0.95. Ray killed this worker because it was the most recently scheduled task.\n")
+    _, root = _root(log)
+    assert root == "host_oom"
