@@ -123,6 +123,7 @@ def test_python_cannot_start_the_script_is_the_application(line):
     d, root = _root(log)
     assert root == "app_exception"
     assert d.root_cause.rule == "python-cannot-start-program"
+    assert d.root_cause.ranks == (0,)  # the worker torchrun reports, by its local rank (the input shows one node)
 
 
 # -- a CUDACHECK-style "Failed: Cuda error <file>:<line> '<cudaGetErrorString>'" ----------------------------------
