@@ -241,3 +241,10 @@ def test_ray_oom_kill_is_host_memory():
            "memory usage threshold of 0.95. Ray killed this worker because it was the most recently scheduled task.\n")
     _, root = _root(log)
     assert root == "host_oom"
+
+
+# -- torchelastic's "Signal N (SIG...) received by PID" quoted outside a summary ----------------------------------
+@pytest.mark.parametrize("sig,want", [("9 (SIGKILL)", "host_oom"), ("7 (SIGBUS)", "shm"), ("11 (SIGSEGV)", "other")])
+def test_a_lone_elastic_signal_line_is_no_healthy_log(sig, want):
+    _, root = _root(f"  traceback : Signal {sig} received by PID 90211\n")
+    assert root == want
