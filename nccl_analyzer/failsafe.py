@@ -114,6 +114,9 @@ class ErrorLedger:
         found = self.t.event(kind, ev.get)
         if found is None:
             return
+        if found[0].absorbs_traces:  # not an error line itself: it says the traces before it were no failure
+            self._absorb_traces(ev, found[1])
+            return
         self.seen += 1
         if len(self.errors) >= self.cap:
             return
@@ -132,19 +135,19 @@ class ErrorLedger:
                 err.parent = self._last_warn.get(proc)
             elif entry.subtable == "nccl" and len(self._last_warn) < self.cap:
                 self._last_warn[proc] = err
-            if entry.absorbs_traces:
-                self._absorb_traces(err)
         self.errors.append(err)
 
-    def _absorb_traces(self, err: _Err) -> None:
-        """The return-code traces its process printed right before ``err`` (no other error line of that process in
-        between) are ``err``'s failure on its way up NCCL's call stack: they share its fate."""
+    def _absorb_traces(self, ev: Event, meaning: Meaning) -> None:
+        """The return-code traces ``ev``'s process printed right before it (no other error line of that process in
+        between) are the failure ``ev`` reports NCCL went on from (events.toml ``absorbs_traces``): harmless."""
+        if ev.pid is None:
+            return
         for prev in reversed(self.errors[-64:]):
-            if (prev.path, prev.host, prev.pid) != (err.path, err.host, err.pid):
+            if (prev.path, prev.host, prev.pid) != (ev.path, ev.host, ev.pid):
                 continue
-            if prev.kind != _TRACE or prev.parent is not None:
+            if prev.kind != _TRACE or prev.parent is not None or prev.settled is not None:
                 break
-            prev.parent = err
+            prev.settled = f"harmless: {meaning.harmless} ({meaning.entry}, line {ev.line})"
 
     def _handled(self, ev: Event) -> bool:
         """Whether a traceback was printed by the program's handler: whole, and its outermost frame is no entry."""

@@ -197,6 +197,8 @@ def _entry(raw: dict[str, Any], table: str, where: str, seen: set[str]) -> _Entr
         raise RuleError(f"{where} ({name}): an [[event]] needs kind")
     if table == "text" and msg is None:
         raise RuleError(f"{where} ({name}): a [[line]] needs regex")
+    if raw.get("absorbs_traces") and harmless is None:
+        raise RuleError(f"{where} ({name}): absorbs_traces needs harmless (the reason the traces before it are none)")
     if table == "nccl" and not files and msg is None:
         raise RuleError(f"{where} ({name}): a catch-all entry (no file, no msg) is not allowed")
     return _Entry(name=name, table=table, id=tid, harmless=harmless, note=str(raw.get("note", "")), files=files,
