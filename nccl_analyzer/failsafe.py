@@ -115,6 +115,9 @@ class ErrorLedger:
         found = self.t.event(kind, ev.get)
         if found is None:
             return
+        if found[0].absorbs_traces:  # not an error line itself: it says the traces before it were no failure
+            self._absorb_traces(ev, found[1])
+            return
         self.seen += 1
         if len(self.errors) >= self.cap:
             return
@@ -135,6 +138,18 @@ class ErrorLedger:
             elif entry.subtable == "nccl" and len(self._last_warn) < self.cap:
                 self._last_warn[proc] = err
         self.errors.append(err)
+
+    def _absorb_traces(self, ev: Event, meaning: Meaning) -> None:
+        """The return-code traces ``ev``'s process printed right before it (no other error line of that process in
+        between) are the failure ``ev`` reports NCCL went on from (events.toml ``absorbs_traces``): harmless."""
+        if ev.pid is None:
+            return
+        for prev in reversed(self.errors[-64:]):
+            if (prev.path, prev.host, prev.pid) != (ev.path, ev.host, ev.pid):
+                continue
+            if prev.kind != _TRACE or prev.parent is not None or prev.settled is not None:
+                break
+            prev.settled = f"harmless: {meaning.harmless} ({meaning.entry}, line {ev.line})"
 
     def _handled(self, ev: Event) -> bool:
         """Whether a traceback was printed by the program's handler: whole, and its outermost frame is no entry."""

@@ -54,6 +54,8 @@ class _Entry:
     retry: bool = False
     formats: tuple[str, ...] = ()
     teardown: str | None = None
+    # the NCCL return-code traces the same process printed just before this line are this failure on its way up
+    absorbs_traces: bool = False
 
     def meaning(self) -> Meaning:
         return Meaning(self.id, self.harmless, f"{self.table}:{self.name}", self.note, self.retry, self.teardown)
@@ -197,13 +199,16 @@ def _entry(raw: dict[str, Any], table: str, where: str, seen: set[str]) -> _Entr
         raise RuleError(f"{where} ({name}): an [[event]] needs kind")
     if table == "text" and msg is None:
         raise RuleError(f"{where} ({name}): a [[line]] needs regex")
+    if raw.get("absorbs_traces") and harmless is None:
+        raise RuleError(f"{where} ({name}): absorbs_traces needs harmless (the reason the traces before it are none)")
     if table == "nccl" and not files and msg is None:
         raise RuleError(f"{where} ({name}): a catch-all entry (no file, no msg) is not allowed")
     return _Entry(name=name, table=table, id=tid, harmless=harmless, note=str(raw.get("note", "")), files=files,
                   msg=_compile(msg, f"{where} ({name})") if msg is not None else None, kinds=kinds, where=whr,
                   via=raw.get("via"), subtable=sub, retry=bool(raw.get("retry", False)),
                   formats=tuple(raw.get("formats", ())),
-                  teardown=str(raw["teardown"]) if raw.get("teardown") else None)
+                  teardown=str(raw["teardown"]) if raw.get("teardown") else None,
+                  absorbs_traces=bool(raw.get("absorbs_traces", False)))
 
 
 def _read(path: Path) -> dict[str, Any]:

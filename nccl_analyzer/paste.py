@@ -481,6 +481,11 @@ def _wrap_width(lines: list[str]) -> int:
     return width if (cont * 2 >= len(at) if hits < 3 else cont * 2 > len(at)) else 0
 
 
+def _rule_line(s: str) -> bool:
+    """A line that is one border character repeated ('=====', '-----', '*****'): a box drawn by the program."""
+    return len(s) >= 10 and s[0] in "=-*#~_+" and s.count(s[0]) == len(s)
+
+
 def _continues(s: str) -> bool:
     return bool(s) and not s.startswith("  ") and not s.isspace() and _RECORD.match(s) is None
 
@@ -494,6 +499,8 @@ def _continuation(prev: str, nxt: str) -> int | None:
     """
     if nxt[:12] == prev[:12] or not nxt:
         return None  # the same head again ("node5:240:240 [6] NCCL INFO ..."): the next record of one process
+    if _rule_line(prev):
+        return None  # a box border printed at its own width (MPICH/Hydra's 85 '=', torchelastic's 60), not cut text
     cut = _LAUNCH.match(nxt).end()
     if cut:
         head = _LAUNCH.match(prev).end()

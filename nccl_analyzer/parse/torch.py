@@ -913,7 +913,9 @@ def _cont_type(text: str) -> str | None:
 
 _WHAT = re.compile(r"\s*what\(\):")
 _BORDER = re.compile(r"(?:={20,}|-{20,})$")
+# (a field line may also have lost its indentation in a paste: Markdown and log viewers trim leading spaces)
 _CHILD_LINE = re.compile(r"\[\d+\]:$|  (?:time|host|rank|exitcode|error_file|traceback) *:|  <NO_OTHER_FAILURES>"
+                         r"|\s*(?:time|host|rank|exitcode|error_file|traceback) *:(?: |$)"
                          r"|Failures:$|Root Cause \(first observed failure\):$|.+ FAILED$|(?:={20,}|-{20,})$|    ")
 # A line that begins a new log record: ends a generic multi-line message.
 _RECORD_START = re.compile(r"\[[FEWIV][\d ]|[FEWIVDC]\d{4} \d\d:|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]+:"
@@ -1675,6 +1677,9 @@ def _enrich(fields: dict, cont: list[str]) -> None:
         fields["desync"] = desync
 
 
+_LOOSE_FIELD = re.compile(r"\s*(time|host|rank|exitcode|error_file|traceback)\s*:\s*(.*?)\s*$")
+
+
 def _child_entries(lines: list[str]) -> list[dict]:
     """Failure entries of a ChildFailedError block; ``root_cause`` says which section each one is in."""
     entries: list[dict] = []
@@ -1691,6 +1696,9 @@ def _child_entries(lines: list[str]) -> list[dict]:
         if _BORDER.match(t):
             cur = None
             continue
+        m = _LOOSE_FIELD.match(t)
+        if m:  # the field's column layout as torchelastic prints it, whatever the paste left of its spacing
+            t = f"  {m.group(1):<10}:" + (f" {m.group(2)}" if m.group(2) else "")
         res = _failure_field(t.rstrip()) if t.startswith(("[", "  ")) else None
         if res is not None and res[0] == "ff":
             f = res[1]
