@@ -135,9 +135,12 @@ class ErrorLedger:
         self.errors.append(err)
 
     def _handled(self, ev: Event) -> bool:
-        """Whether a traceback was printed by the program's handler: whole, and its outermost frame is no entry."""
+        """Whether a traceback was printed by the program's handler: whole, and its outermost frame is no entry.
+
+        A chained one ("During handling of the above exception ...") is judged by its last part (``frames``): Python
+        prints that one from the top of the stack too, so an escaping chain still starts at an entry."""
         frames, f = ev.fields.get("frames"), ev.fields
-        if self.t.caught_entry is None or not frames or f.get("partial") or f.get("chain") or f.get("unraisable"):
+        if self.t.caught_entry is None or not frames or f.get("partial") or f.get("unraisable"):
             return False
         top = frames[0]
         return not self.t.caught_entry.search(f"{top.get('file', '')}:{top.get('function', '')}")

@@ -86,3 +86,45 @@ def fingerprint_odd_one_out(ctx: PredContext, **args: Any) -> PredResult | None:
         story = f"{_who(odd)} ran {major} with other tensors than {_who(tuple(ordered[0]))}"
     return PredResult(bound={"odd_who": _who(odd), "odd_story": story}, ranks=odd,
                       evidence=[e for e in evidence if ctx.builder.rank_of(e) in odd][:1] + evidence[:1])
+
+
+@predicate
+def stated_values_odd_one_out(ctx: PredContext, regex: str = "", reference_rank: int | None = None,
+                              **args: Any) -> PredResult | None:
+    """The rank(s) whose value differs from the one most ranks state, where each matched message states two ranks'
+    values: ``regex``'s named groups ``rank``/``value`` and ``rank2``/``value2`` (DDP's parameter-count check, "Rank 1
+    has 2 params, while rank 0 has inconsistent 4 params"). With no strict majority (1 vs 1) the ranks whose value
+    differs from ``reference_rank``'s, where the rule names a reference (DDP's: rank 0, whose model every rank
+    receives and is checked against); else the predicate fails and every reporting rank stays named."""
+    rx = re.compile(regex)
+    values: dict[int, str] = {}
+    evidence = []
+    for ev in ctx.events:
+        m = rx.search(str(field_value(ev, "body") or ""))
+        if m is None:
+            continue
+        evidence.append(ev)
+        for rk, vk in (("rank", "value"), ("rank2", "value2")):
+            if m.groupdict().get(rk) is not None and m.groupdict().get(vk) is not None:
+                values.setdefault(int(m.group(rk)), m.group(vk))
+    if len(set(values.values())) < 2:
+        return None
+    ordered, odd = _odd_ones(values)
+    if odd is None:
+        if reference_rank is None or reference_rank not in values:
+            return None
+        ref = values[reference_rank]
+        odd = tuple(sorted(r for r, v in values.items() if v != ref))
+        major = tuple(sorted(r for r, v in values.items() if v == ref))
+        basis = f"with no majority, {_who(major)} is the reference"
+    else:
+        major = tuple(ordered[0])
+        basis = f"{_who(major)} agree" if len(major) > 1 else f"{_who(major)} agrees"
+
+    def has(rs: tuple[int, ...]) -> str:
+        return "have" if len(rs) > 1 else "has"
+
+    story = (f"{_who(odd)} {has(odd)} {', '.join(sorted({values[r] for r in odd}))} where {_who(major)} "
+             f"{has(major)} {values[major[0]]}")
+    return PredResult(bound={"odd_who": _who(odd), "odd_story": story, "odd_basis": basis}, ranks=odd,
+                      evidence=[e for e in evidence if ctx.builder.rank_of(e) in odd][:1] + evidence[:1])

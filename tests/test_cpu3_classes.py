@@ -1,0 +1,121 @@
+"""Classes behind the misses of fixtures/blind_cpu3 (real gloo jobs, issue 9; docs/classes-session5c.md), each tested
+on a real small job of tests/jobs/cpu3_classes_job.py (or a short log where the point is one line's shape):
+
+- DistributedDataParallel's model check (reducer.cpp verify_params_across_processes) raises on every rank that sees
+  another parameter count than its own: the counts the messages state name the odd rank; with two ranks, rank 0's
+  model (the one DDP broadcasts and checks shapes against) is the reference.
+- An exception the program caught and printed itself (traceback.print_exc / logging's exc_info: the outermost frame
+  is the catching function), a chained one included, after which the process went on, is no failure; a store wait
+  that timed out and was retried like that (rendezvous_unreachable) too.
+"""
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from jobs.jobkit import env, needs_torch  # noqa: E402
+
+from nccl_analyzer.analysis import analyze  # noqa: E402
+
+JOB = Path(__file__).resolve().parent / "jobs" / "cpu3_classes_job.py"
+
+
+def _port() -> int:
+    """A free port of 29500-29599 (the range these jobs may use on a shared machine)."""
+    for p in range(29540, 29600):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", p))
+            except OSError:
+                continue
+            return p
+    pytest.skip("no free port in 29540-29599")
+
+
+def _run(tmp_path: Path, mode: str, nproc: int = 2, **extra: str) -> Path:
+    port = _port()
+    if mode == "store_retry":
+        cmd = [sys.executable, str(JOB), mode]
+        extra["MASTER_PORT"] = str(port)
+    else:
+        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1",
+               f"--master_port={port}", str(JOB), mode]
+    out = subprocess.run(["nice", "-n", "10", *cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         timeout=120, cwd=tmp_path,
+                         env=env(OMP_NUM_THREADS="1", DOWN_PORT=str(port + 1 if port < 29599 else 29540), **extra))
+    log = tmp_path / f"{mode}.log"
+    log.write_text(out.stdout)  # one console, as `2>&1` shows it
+    return log
+
+
+@needs_torch
+@pytest.mark.parametrize("nproc,odd", [(3, 2), (3, 0), (2, 1)])
+def test_ddp_param_count_check_names_the_rank_whose_model_differs(tmp_path, nproc, odd):
+    log = _run(tmp_path, "ddp_frozen", nproc, ODD_RANK=str(odd))
+    d = analyze([str(log)])
+    assert d.root_cause is not None and d.root_cause.id == "app_exception", log.read_text()[-2000:]
+    assert d.root_cause.rule == "torch-ddp-model-differs"
+    assert d.root_cause.ranks == (odd,)
+    assert f"rank {odd} has 2 params" in d.root_cause.title
+    if nproc == 2:
+        assert "rank 0 is the reference" in d.root_cause.explanation
+
+
+@needs_torch
+def test_ddp_param_shape_check_names_the_rank_that_raised(tmp_path):
+    log = _run(tmp_path, "ddp_hidden", 3, ODD_RANK="2")
+    d = analyze([str(log)])
+    assert d.root_cause is not None and d.root_cause.rule == "torch-ddp-model-differs"
+    assert d.root_cause.ranks == (2,)
+
+
+@needs_torch
+def test_handled_chained_download_error_that_the_job_survives_is_no_failure(tmp_path):
+    log = _run(tmp_path, "dl_retry")
+    assert "During handling of the above exception" in log.read_text()
+    d = analyze([str(log)])
+    assert d.root_cause is None, d.root_cause
+    assert any("a caught exception" in x.reason for x in d.dismissed)
+
+
+@needs_torch
+def test_handled_store_wait_timeouts_retried_until_the_key_appears_are_no_failure(tmp_path):
+    log = _run(tmp_path, "store_retry")
+    assert "DistStoreError: wait timeout" in log.read_text()
+    d = analyze([str(log)])
+    assert d.root_cause is None, d.root_cause
+
+
+_HANDLED_STORE = '''2026-12-01 23:04:17,692 [rank1] WARNING job: waiting for vocab_ready timed out (attempt 1/5), retrying
+Traceback (most recent call last):
+  File "/srv/job.py", line 96, in spawned
+    store.wait(["vocab_ready"], datetime.timedelta(seconds=1))
+torch.distributed.DistStoreError: wait timeout after 1000ms, keys: /default_pg/0//vocab_ready
+'''
+
+
+def test_handled_store_wait_timeout_that_ends_the_output_is_still_the_failure(tmp_path):
+    log = tmp_path / "log.txt"
+    log.write_text(_HANDLED_STORE)
+    d = analyze([str(log)])
+    assert d.root_cause is not None and d.root_cause.id == "rendezvous_unreachable"
+
+
+def test_handled_chained_error_followed_by_the_same_error_escaping_is_the_failure(tmp_path):
+    chained = ('Traceback (most recent call last):\n  File "/srv/job.py", line 60, in _download\n    urlopen(url)\n'
+               "ConnectionRefusedError: [Errno 111] Connection refused\n\n"
+               "During handling of the above exception, another exception occurred:\n\n")
+    handled = chained + ('Traceback (most recent call last):\n  File "/srv/job.py", line 60, in _download\n'
+                         '    urlopen(url)\nurllib.error.URLError: <urlopen error [Errno 111] Connection refused>\n')
+    escaped = chained + ('Traceback (most recent call last):\n  File "/srv/job.py", line 120, in <module>\n    main()\n'
+                         '  File "/srv/job.py", line 60, in _download\n    urlopen(url)\n'
+                         'urllib.error.URLError: <urlopen error [Errno 111] Connection refused>\n')
+    log = tmp_path / "log.txt"
+    log.write_text("step 0 loss 1.2\n" + handled + "step 1 loss 1.1\nstep 2 loss 1.0\nstep 3 loss 0.9\n" + escaped)
+    d = analyze([str(log)])
+    assert d.root_cause is not None
