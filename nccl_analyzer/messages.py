@@ -83,6 +83,9 @@ class Tables:
     # handler-printed traceback may be caught with
     caught_entry: re.Pattern[str] | None = None
     caught_handled_ids: frozenset[str] = frozenset()
+    # the event field that marks a traceback as text the program printed, not an exception it raised ([caught] quoted)
+    caught_quoted: str | None = None
+    caught_quoted_with: tuple[str, ...] = ()  # kind globs of the launcher records such a traceback needs in its input
 
     # -- lookups ---------------------------------------------------------------------------------------------
     def nccl_warn(self, file: str | None, msg: str) -> Meaning | None:
@@ -263,7 +266,9 @@ def build_tables(files: Iterable[Path]) -> Tables:
                   caught_exc_type=_compile(caught["exc_type"], "[caught] exc_type") if "exc_type" in caught else None,
                   caught_uncaught=_compile(caught["uncaught"], "[caught] uncaught") if "uncaught" in caught else None,
                   caught_entry=_compile(caught["entry"], "[caught] entry") if "entry" in caught else None,
-                  caught_handled_ids=frozenset(caught.get("handled_ids", ())))
+                  caught_handled_ids=frozenset(caught.get("handled_ids", ())),
+                  caught_quoted=caught.get("quoted"),
+                  caught_quoted_with=tuple(caught.get("quoted_with", ())))
 
 
 @lru_cache(maxsize=8)

@@ -45,9 +45,10 @@ def _run(tmp_path: Path, mode: str, nproc: int = 2, **extra: str) -> Path:
     else:
         cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1",
                f"--master_port={port}", str(JOB), mode]
+    e = env(DOWN_PORT=str(port + 1 if port < 29599 else 29540), **extra)
+    e.pop("OMP_NUM_THREADS", None)  # torchrun then prints its banner (one agent record), as in most consoles
     out = subprocess.run(["nice", "-n", "10", *cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         timeout=120, cwd=tmp_path,
-                         env=env(OMP_NUM_THREADS="1", DOWN_PORT=str(port + 1 if port < 29599 else 29540), **extra))
+                         timeout=120, cwd=tmp_path, env=e)
     log = tmp_path / f"{mode}.log"
     log.write_text(out.stdout)  # one console, as `2>&1` shows it
     return log
@@ -117,5 +118,54 @@ def test_handled_chained_error_followed_by_the_same_error_escaping_is_the_failur
                          'urllib.error.URLError: <urlopen error [Errno 111] Connection refused>\n')
     log = tmp_path / "log.txt"
     log.write_text("step 0 loss 1.2\n" + handled + "step 1 loss 1.1\nstep 2 loss 1.0\nstep 3 loss 0.9\n" + escaped)
+    d = analyze([str(log)])
+    assert d.root_cause is not None
+
+
+@needs_torch
+def test_traceback_quoted_in_a_usage_text_of_a_torchrun_job_is_no_failure(tmp_path):
+    log = _run(tmp_path, "help_quote")
+    assert "      Traceback (most recent call last):" in log.read_text()
+    assert "Setting OMP_NUM_THREADS environment variable" in log.read_text()  # torchrun's agent is in the input
+    d = analyze([str(log)])
+    assert d.root_cause is None, d.root_cause
+    assert any(x.reason.startswith("quoted, not raised") for x in d.dismissed)
+
+
+_QUOTED = '''      Traceback (most recent call last):
+        File "train.py", line 10, in <module>
+          dist.all_reduce(t)
+      torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.20.5
+'''
+_BANNER = ("W1201 22:58:25.816000 19509 torch/distributed/run.py:874] Setting OMP_NUM_THREADS environment variable for "
+           "each process to be 1 in default, to avoid your system being overloaded, please further tune the variable "
+           "for optimal performance in your application as needed.\n")
+
+
+def test_indented_traceback_is_parsed_whole(tmp_path):
+    from nccl_analyzer.classify import EventStream  # noqa: PLC0415
+    from nccl_analyzer.sources import expand_inputs, iter_lines  # noqa: PLC0415
+
+    log = tmp_path / "log.txt"
+    log.write_text(_BANNER + _QUOTED + "step 1\n")
+    stream = EventStream(keep_text=False)
+    events = [e for line in iter_lines(expand_inputs([str(log)])) for e in stream.feed(line)] + stream.flush()
+    tb = next(e for e in events if e.kind == "python.traceback")
+    assert tb.get("exc_type") == "torch.distributed.DistBackendError" and tb.get("indented") is True
+    assert tb.end_line == 5
+
+
+@pytest.mark.parametrize("before,after", [
+    # an issue's text quoting the error (no launcher records): the quote is the failure
+    ("I get this error when running on 2 nodes:\n", "My environment:\n  torch 2.3\n  CUDA 12.1\nAny idea?\n"),
+    # torchrun's records, and the traceback is the last thing in the input
+    (_BANNER, ""),
+    # torchrun's records, and a later error line
+    (_BANNER, "step 1\nstep 2\nstep 3\n[rank1]: RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:534]"
+              " Connection closed by peer [127.0.0.1]:29500\n"),
+])
+def test_indented_traceback_stays_a_failure_without_a_launcher_that_reports_none(tmp_path, before, after):
+    log = tmp_path / "log.txt"
+    log.write_text(before + _QUOTED + after)
     d = analyze([str(log)])
     assert d.root_cause is not None
