@@ -39,7 +39,7 @@ def _port() -> int:
 
 def _run(tmp_path: Path, mode: str, nproc: int = 2, **extra: str) -> Path:
     port = _port()
-    if mode == "store_retry":
+    if mode in ("store_retry", "store_host_exit"):
         cmd = [sys.executable, str(JOB), mode]
         extra["MASTER_PORT"] = str(port)
     else:
@@ -169,3 +169,38 @@ def test_indented_traceback_stays_a_failure_without_a_launcher_that_reports_none
     log.write_text(before + _QUOTED + after)
     d = analyze([str(log)])
     assert d.root_cause is not None
+
+
+@needs_torch
+def test_the_programs_own_download_error_that_ends_a_rank_is_an_app_exception(tmp_path):
+    log = _run(tmp_path, "dl_fail")
+    d = analyze([str(log)])
+    assert d.root_cause is not None, log.read_text()[-2000:]
+    assert (d.root_cause.id, d.root_cause.rule, d.root_cause.ranks) == ("app_exception", "python-app-network-error", (1,))
+    assert "URLError" in d.root_cause.title and "_download" in d.root_cause.title
+
+
+@needs_torch
+def test_lost_store_connections_without_torchrun_name_the_store_host_rank_0(tmp_path):
+    log = _run(tmp_path, "store_host_exit")
+    assert "Connection reset by peer" in log.read_text(), log.read_text()[-2000:]
+    d = analyze([str(log)])
+    assert d.root_cause is not None and d.root_cause.id == "peer_exit"
+    assert d.root_cause.ranks == (0,)
+    assert "hosts the TCPStore" in d.root_cause.title
+
+
+_STORE_LOST = ("[rank{r}]:[W1201 22:58:55.916498660 TCPStore.cpp:138] [c10d] recvValueWithTimeout failed on "
+               "SocketImpl(fd=11, addr=[::ffff:127.0.0.1]:48234, remote=[::ffff:127.0.0.1]:29808): Connection reset by "
+               "peer\n")
+
+
+@pytest.mark.parametrize("head,ranks", [("", ()), (_BANNER, ())])
+def test_lost_store_connections_blame_no_rank_when_rank_0_reports_one_or_torchrun_hosts_the_store(tmp_path, head,
+                                                                                                  ranks):
+    log = tmp_path / "log.txt"
+    # rank 0 reports a lost store connection too (the store is not its own); or torchrun's agent hosts the store
+    log.write_text(head + "".join(_STORE_LOST.format(r=r) for r in ((0, 1) if not head else (1, 2))))
+    d = analyze([str(log)])
+    assert d.root_cause is not None and d.root_cause.id == "peer_exit"
+    assert d.root_cause.ranks == ranks

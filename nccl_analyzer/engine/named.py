@@ -1,6 +1,7 @@
 """Predicates that blame the ranks a message itself names ("... from rank 0", "Ranks 1, 3 failed to ...")."""
 from __future__ import annotations
 
+import fnmatch
 import re
 from typing import Any
 
@@ -128,3 +129,22 @@ def stated_values_odd_one_out(ctx: PredContext, regex: str = "", reference_rank:
              f"{has(major)} {values[major[0]]}")
     return PredResult(bound={"odd_who": _who(odd), "odd_story": story, "odd_basis": basis}, ranks=odd,
                       evidence=[e for e in evidence if ctx.builder.rank_of(e) in odd][:1] + evidence[:1])
+
+
+@predicate
+def store_host_gone(ctx: PredContext, regex: str = "", host_rank: int = 0, not_with: str = "",
+                    **args: Any) -> PredResult | None:
+    """The rank that hosts the job's TCPStore, where every matched line is a store connection that was lost
+    (``regex`` on each line's text): the store's clients lose their connections only when its server goes away.
+    init_process_group's env:// and tcp:// rendezvous start the server in ``host_rank`` (rank 0); under torchrun
+    the agent hosts it, so any event of a kind matching ``not_with`` (the agent's records) in the input makes the
+    host unknown. Fails as well when ``host_rank`` itself reports the loss."""
+    rx = re.compile(regex)
+    if not ctx.events or any(not rx.search(str(field_value(ev, "body") or ev.text)) for ev in ctx.events):
+        return None
+    if not_with and any(fnmatch.fnmatchcase(k, not_with) for k in ctx.builder.kinds):
+        return None
+    if host_rank in {ctx.builder.rank_of(ev) for ev in ctx.events}:
+        return None
+    who = f"rank {host_rank}, which hosts the TCPStore,"
+    return PredResult(bound={"peer_ranks": str(host_rank), "peer_who": who}, ranks=(host_rank,))

@@ -5,6 +5,7 @@
     torchrun --nproc_per_node=2 cpu3_classes_job.py dl_retry       # rank 1's download is refused twice, handled
     torchrun --nproc_per_node=2 cpu3_classes_job.py dl_fail        # ... and then re-raised: the job fails
     MASTER_PORT=... python cpu3_classes_job.py store_retry         # mp.spawn; rank 1's store.wait times out, retried
+    MASTER_PORT=... python cpu3_classes_job.py store_host_exit     # multiprocessing.Process; rank 0 (store host) leaves
     torchrun --nproc_per_node=2 cpu3_classes_job.py help_quote     # rank 0's usage text quotes a traceback
 """
 from __future__ import annotations
@@ -108,8 +109,27 @@ def spawned(rank: int, world: int) -> None:
     dist.destroy_process_group()
 
 
+def proc_main(rank: int, world: int, port: str) -> None:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=10))
+    _train(nn.parallel.DistributedDataParallel(_model()), rank)
+    if rank == 0:
+        os._exit(0)  # the TCPStore's host leaves, silently
+    dist.distributed_c10d._get_default_store().get("eval_split")
+
+
 if __name__ == "__main__":
-    if sys.argv[1] == "store_retry":
+    if sys.argv[1] == "store_host_exit":  # multiprocessing.Process, init_method tcp://: rank 0 hosts the store
+        import multiprocessing
+
+        procs = [multiprocessing.Process(target=proc_main, args=(r, 3, os.environ["MASTER_PORT"])) for r in range(3)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(60)
+        print(f"workers exited with codes {[p.exitcode for p in procs]}", flush=True)
+        sys.exit(max(abs(p.exitcode or 0) for p in procs))
+    elif sys.argv[1] == "store_retry":
         import torch.multiprocessing as mp
 
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
