@@ -193,14 +193,36 @@ def test_lost_store_connections_without_torchrun_name_the_store_host_rank_0(tmp_
 _STORE_LOST = ("[rank{r}]:[W1201 22:58:55.916498660 TCPStore.cpp:138] [c10d] recvValueWithTimeout failed on "
                "SocketImpl(fd=11, addr=[::ffff:127.0.0.1]:48234, remote=[::ffff:127.0.0.1]:29808): Connection reset by "
                "peer\n")
+_STORE_TB = """Process Process-{n}:
+Traceback (most recent call last):
+  File "/usr/lib/python3.11/multiprocessing/process.py", line 314, in _bootstrap
+    self.run()
+  File "/usr/lib/python3.11/multiprocessing/process.py", line 108, in run
+    self._target(*self._args, **self._kwargs)
+  File "/srv/train.py", line 346, in proc_main
+    split = store.get("eval_split")
+torch.distributed.DistNetworkError: Connection reset by peer
+"""
 
 
-@pytest.mark.parametrize("head,ranks", [("", ()), (_BANNER, ())])
-def test_lost_store_connections_blame_no_rank_when_rank_0_reports_one_or_torchrun_hosts_the_store(tmp_path, head,
-                                                                                                  ranks):
+def _store_log(ranks: tuple[int, ...], head: str = "", tracebacks: bool = True) -> str:
+    return head + "".join(_STORE_LOST.format(r=r) + (_STORE_TB.format(n=r + 1) if tracebacks else "") for r in ranks)
+
+
+def test_lost_store_connections_of_multiprocessing_children_name_rank_0(tmp_path):
     log = tmp_path / "log.txt"
-    # rank 0 reports a lost store connection too (the store is not its own); or torchrun's agent hosts the store
-    log.write_text(head + "".join(_STORE_LOST.format(r=r) for r in ((0, 1) if not head else (1, 2))))
+    log.write_text(_store_log((1, 2)))
+    assert analyze([str(log)]).root_cause.ranks == (0,)
+
+
+@pytest.mark.parametrize("text", [
+    _store_log((0, 1)),  # rank 0 lost the store too: it is not the host
+    _store_log((1, 2), head=_BANNER),  # torchrun's agent hosts the store
+    _store_log((6,), tracebacks=False),  # an excerpt of one rank's output: who started the ranks is unknown
+])
+def test_lost_store_connections_name_no_rank_where_the_store_host_is_unknown(tmp_path, text):
+    log = tmp_path / "log.txt"
+    log.write_text(text)
     d = analyze([str(log)])
     assert d.root_cause is not None and d.root_cause.id == "peer_exit"
-    assert d.root_cause.ranks == ranks
+    assert d.root_cause.ranks == ()

@@ -132,17 +132,23 @@ def stated_values_odd_one_out(ctx: PredContext, regex: str = "", reference_rank:
 
 
 @predicate
-def store_host_gone(ctx: PredContext, regex: str = "", host_rank: int = 0, not_with: str = "",
+def store_host_gone(ctx: PredContext, regex: str = "", host_rank: int = 0, not_with: str = "", launcher: str = "",
                     **args: Any) -> PredResult | None:
     """The rank that hosts the job's TCPStore, where every matched line is a store connection that was lost
     (``regex`` on each line's text): the store's clients lose their connections only when its server goes away.
     init_process_group's env:// and tcp:// rendezvous start the server in ``host_rank`` (rank 0); under torchrun
-    the agent hosts it, so any event of a kind matching ``not_with`` (the agent's records) in the input makes the
-    host unknown. Fails as well when ``host_rank`` itself reports the loss."""
+    the agent hosts it. So the host is known only where a matched traceback shows the ranks were children of a
+    launcher that hosts no store (a frame file matching ``launcher``: Python's multiprocessing, mp.spawn) and no
+    event of a kind matching ``not_with`` (torchrun's agent) is in the input; an excerpt of one rank's output names
+    no one. Fails as well when ``host_rank`` itself reports the loss."""
     rx = re.compile(regex)
     if not ctx.events or any(not rx.search(str(field_value(ev, "body") or ev.text)) for ev in ctx.events):
         return None
     if not_with and any(fnmatch.fnmatchcase(k, not_with) for k in ctx.builder.kinds):
+        return None
+    lx = re.compile(launcher) if launcher else None
+    if lx is None or not any(lx.search(str(f.get("file", ""))) for ev in ctx.events
+                             for f in (ev.fields.get("frames") or ()) if isinstance(f, dict)):
         return None
     if host_rank in {ctx.builder.rank_of(ev) for ev in ctx.events}:
         return None
