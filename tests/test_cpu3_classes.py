@@ -4,9 +4,16 @@ on a real small job of tests/jobs/cpu3_classes_job.py (or a short log where the 
 - DistributedDataParallel's model check (reducer.cpp verify_params_across_processes) raises on every rank that sees
   another parameter count than its own: the counts the messages state name the odd rank; with two ranks, rank 0's
   model (the one DDP broadcasts and checks shapes against) is the reference.
+- A torch.distributed call with no default process group (after destroy_process_group(), or before init) is named as
+  that, on the rank that made it, with its frame (invalid_usage, as fixtures/blind_h200d d08; blind_cpu3 07's label
+  says app_exception: debatable, see the docs).
 - An exception the program caught and printed itself (traceback.print_exc / logging's exc_info: the outermost frame
   is the catching function), a chained one included, after which the process went on, is no failure; a store wait
   that timed out and was retried like that (rendezvous_unreachable) too.
+- A traceback indented as a whole (a usage text quoting one) in a torchrun console that reports no failed worker is
+  quoted, not raised; without torchrun's records (an issue's text) it stays the failure.
+- The program's own network library errors (urllib, requests, ...) that end a rank are app_exception.
+- Lost TCPStore connections of multiprocessing / mp.spawn children (no torchrun) name rank 0, the store's host.
 """
 from __future__ import annotations
 
@@ -226,3 +233,12 @@ def test_lost_store_connections_name_no_rank_where_the_store_host_is_unknown(tmp
     d = analyze([str(log)])
     assert d.root_cause is not None and d.root_cause.id == "peer_exit"
     assert d.root_cause.ranks == ()
+
+
+@needs_torch
+def test_a_collective_after_destroy_process_group_names_the_rank_and_its_frame(tmp_path):
+    log = _run(tmp_path, "barrier_after_destroy", 3, ODD_RANK="1")
+    d = analyze([str(log)])
+    assert d.root_cause is not None, log.read_text()[-2000:]
+    assert (d.root_cause.id, d.root_cause.rule, d.root_cause.ranks) == ("invalid_usage", "torch-no-default-group", (1,))
+    assert "cpu3_classes_job.py" in d.root_cause.title and "no process group" in d.root_cause.title

@@ -7,6 +7,7 @@
     MASTER_PORT=... python cpu3_classes_job.py store_retry         # mp.spawn; rank 1's store.wait times out, retried
     MASTER_PORT=... python cpu3_classes_job.py store_host_exit     # multiprocessing.Process; rank 0 (store host) leaves
     torchrun --nproc_per_node=2 cpu3_classes_job.py help_quote     # rank 0's usage text quotes a traceback
+    torchrun --nproc_per_node=3 cpu3_classes_job.py barrier_after_destroy  # ODD_RANK: barrier() after destroy
 """
 from __future__ import annotations
 
@@ -82,6 +83,10 @@ def torchrun_mode(mode: str) -> None:
     if mode == "help_quote" and rank == 0:
         print(USAGE, flush=True)
     _train(nn.parallel.DistributedDataParallel(model), rank)
+    if mode == "barrier_after_destroy":  # every rank meets in a barrier; rank ODD_RANK tore its group down first
+        if rank == odd:
+            dist.destroy_process_group()
+        dist.barrier()
     if rank == 0:
         print("training finished", flush=True)
     dist.destroy_process_group()
