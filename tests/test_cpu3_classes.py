@@ -32,32 +32,39 @@ from nccl_analyzer.analysis import analyze  # noqa: E402
 JOB = Path(__file__).resolve().parent / "jobs" / "cpu3_classes_job.py"
 
 
-def _port() -> int:
-    """A free port of 29500-29599 (the range these jobs may use on a shared machine)."""
-    for p in range(29540, 29600):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", p))
-            except OSError:
-                continue
-            return p
+def _port(skip: int = 0) -> int:
+    """A free port of 29540-29599 (the range these jobs may use on a shared machine), free on every address (the
+    TCPStore listens on all of them)."""
+    for p in range(29540 + skip, 29600):
+        try:
+            with socket.socket(socket.AF_INET) as s4:
+                s4.bind(("", p))
+            with socket.socket(socket.AF_INET6) as s6:
+                s6.bind(("::", p))
+        except OSError:
+            continue
+        return p
     pytest.skip("no free port in 29540-29599")
 
 
 def _run(tmp_path: Path, mode: str, nproc: int = 2, **extra: str) -> Path:
-    port = _port()
-    if mode in ("store_retry", "store_host_exit"):
-        cmd = [sys.executable, str(JOB), mode]
-        extra["MASTER_PORT"] = str(port)
-    else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1",
-               f"--master_port={port}", str(JOB), mode]
-    e = env(DOWN_PORT=str(port + 1 if port < 29599 else 29540), **extra)
-    e.pop("OMP_NUM_THREADS", None)  # torchrun then prints its banner (one agent record), as in most consoles
-    out = subprocess.run(["nice", "-n", "10", *cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         timeout=120, cwd=tmp_path, env=e)
     log = tmp_path / f"{mode}.log"
-    log.write_text(out.stdout)  # one console, as `2>&1` shows it
+    for attempt in range(3):  # another job on the machine may take the port between the check and the bind
+        port = _port(skip=7 * attempt)
+        cmd_env = dict(extra)
+        if mode in ("store_retry", "store_host_exit"):
+            cmd = [sys.executable, str(JOB), mode]
+            cmd_env["MASTER_PORT"] = str(port)
+        else:
+            cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
+                   "--master_addr=127.0.0.1", f"--master_port={port}", str(JOB), mode]
+        e = env(DOWN_PORT=str(port + 1 if port < 29599 else 29540), **cmd_env)
+        e.pop("OMP_NUM_THREADS", None)  # torchrun then prints its banner (one agent record), as in most consoles
+        out = subprocess.run(["nice", "-n", "10", *cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             timeout=120, cwd=tmp_path, env=e)
+        log.write_text(out.stdout)  # one console, as `2>&1` shows it
+        if "failed to listen on any local network address" not in out.stdout:
+            break
     return log
 
 
