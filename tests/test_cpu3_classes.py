@@ -190,7 +190,8 @@ def test_the_programs_own_download_error_that_ends_a_rank_is_an_app_exception(tm
     log = _run(tmp_path, "dl_fail")
     d = analyze([str(log)])
     assert d.root_cause is not None, log.read_text()[-2000:]
-    assert (d.root_cause.id, d.root_cause.rule, d.root_cause.ranks) == ("app_exception", "python-app-network-error", (1,))
+    rc = d.root_cause
+    assert (rc.id, rc.rule, rc.ranks) == ("app_exception", "python-app-network-error", (1,))
     assert "URLError" in d.root_cause.title and "_download" in d.root_cause.title
 
 
