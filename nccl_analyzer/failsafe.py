@@ -7,6 +7,7 @@ the ledger (bounded: at most ``CAP`` lines are kept, the rest counted) and does 
 from __future__ import annotations
 
 import bisect
+import fnmatch
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
@@ -51,6 +52,7 @@ class _Err:
     uncaught: bool = False  # printed by torch's excepthook: it ended the process
     handled: bool = False  # a whole traceback printed by the program's own handler (events.toml [caught] entry)
     goes_on: str | None = None  # its outermost frame prints it and carries on (events.toml [caught] goes_on)
+    quoted: bool = False  # a traceback the program printed as text (events.toml [caught] quoted)
     parent: "_Err | None" = None
 
 
@@ -75,16 +77,23 @@ class ErrorLedger:
         # on its way up NCCL's call stack (NCCLCHECK), not a failure of their own
         self._last_warn: dict[tuple[str, str | None, int | None], _Err] = {}
         self.fatal = False  # torchrun reports a worker that exited with a status > 0 (or unknown)
+        self.launcher: set[str] = set()  # paths holding records of a launcher that reports failed workers
         self.torchrun = False  # torchrun reports any failed worker
+        self._quoted: list[_Err] = []  # quoted tracebacks: they count as such only where the launcher's records are
 
     def reads(self, kind: str) -> bool:
         """Whether events of ``kind`` can change what the ledger accounts for (triage.py may skip the others)."""
         t = self.t
         return kind in t.progress_kinds or kind in t.caught_not_with or kind in t.caught_kinds \
-            or bool(t.entries_for(kind))
+            or bool(t.entries_for(kind)) or self._launcher_kind(kind)
+
+    def _launcher_kind(self, kind: str) -> bool:
+        return any(fnmatch.fnmatchcase(kind, g) for g in self.t.caught_quoted_with)
 
     def add(self, ev: Event) -> None:
         kind = ev.kind
+        if ev.path not in self.launcher and self.t.caught_quoted_with and self._launcher_kind(kind):
+            self.launcher.add(ev.path)
         if kind in self.t.progress_kinds:
             keys = [(ev.path, ev.rank)] if ev.rank is not None else []
             if ev.pid is not None:  # the same process (NCCL's INFO lines name no rank: host:pid does)
@@ -130,7 +139,11 @@ class ErrorLedger:
                    uncaught=self.t.caught_uncaught is not None and kind in self.t.caught_kinds
                    and bool(self.t.caught_uncaught.search(ev.text)),
                    handled=kind in self.t.caught_kinds and self._handled(ev),
-                   goes_on=self._goes_on(ev) if kind in self.t.caught_kinds else None)
+                   goes_on=self._goes_on(ev) if kind in self.t.caught_kinds else None,
+                   quoted=kind in self.t.caught_kinds and self.t.caught_quoted is not None
+                   and bool(ev.fields.get(self.t.caught_quoted)))
+        if err.quoted and self.t.caught_quoted_with:
+            self._quoted.append(err)
         if ev.pid is not None:
             proc = (ev.path, ev.host, ev.pid)
             if kind == _TRACE:
@@ -152,9 +165,12 @@ class ErrorLedger:
             prev.settled = f"harmless: {meaning.harmless} ({meaning.entry}, line {ev.line})"
 
     def _handled(self, ev: Event) -> bool:
-        """Whether a traceback was printed by the program's handler: whole, and its outermost frame is no entry."""
+        """Whether a traceback was printed by the program's handler: whole, and its outermost frame is no entry.
+
+        A chained one ("During handling of the above exception ...") is judged by its last part (``frames``): Python
+        prints that one from the top of the stack too, so an escaping chain still starts at an entry."""
         frames, f = ev.fields.get("frames"), ev.fields
-        if self.t.caught_entry is None or not frames or f.get("partial") or f.get("chain") or f.get("unraisable"):
+        if self.t.caught_entry is None or not frames or f.get("partial") or f.get("unraisable"):
             return False
         top = frames[0]
         return not self.t.caught_entry.search(f"{top.get('file', '')}:{top.get('function', '')}")
@@ -193,6 +209,8 @@ class ErrorLedger:
     def settle(self, last_lines: dict[str, int]) -> None:
         """Decide which lines need no explanation: harmless per the table, retries that later succeeded, caught
         exceptions after which the rank went on (in that order; see events.toml ``[caught]``)."""
+        for e in self._quoted:
+            e.quoted = e.path in self.launcher
         by_path: dict[str, list[_Err]] = {}
         for e in self.errors:
             by_path.setdefault(e.path, []).append(e)
@@ -227,12 +245,13 @@ class ErrorLedger:
             for e in reversed(errs):
                 if e.parent is not None:
                     continue
-                app = e.kind in self.t.caught_kinds and (e.meaning.id in self.t.caught_ids
+                app = e.kind in self.t.caught_kinds and (e.meaning.id in self.t.caught_ids or e.quoted
                                                          or e.handled and e.meaning.id in self.t.caught_handled_ids)
                 # With torchrun's report of the failed workers, their exit statuses decide (only signal deaths:
                 # no worker died of an exception); without it, nothing but other application exceptions (which
                 # show the process went on) may follow.
-                usual = e.handled or self.t.caught_exc_type is None or bool(self.t.caught_exc_type.search(e.exc_type))
+                usual = e.handled or e.quoted or self.t.caught_exc_type is None \
+                    or bool(self.t.caught_exc_type.search(e.exc_type))
                 if e.settled is None and app and not self.fatal and not e.uncaught and e.key not in later_keys \
                         and (self.torchrun or (not blocking and usual)):
                     after = last - e.end - err_lines
@@ -244,6 +263,9 @@ class ErrorLedger:
                         else:
                             why = "no error follows"
                         e.settled = f"a caught exception: {after} more lines of output follow and {why}"
+                        if e.quoted:
+                            e.settled = (f"quoted, not raised: an indented traceback is text the program printed; "
+                                         f"{after} more lines of output follow and {why}")
                 if e.settled is None:
                     if app:
                         later_keys.add(e.key)
@@ -251,7 +273,7 @@ class ErrorLedger:
                         blocking = True
                 err_lines += e.end - e.line + 1
             for e in errs:
-                if e.parent is not None and e.parent.settled and e.parent.settled.startswith("a caught"):
+                if e.parent is not None and e.parent.settled and e.parent.settled.startswith(("a caught", "quoted")):
                     e.settled = e.parent.settled
         self._settle_teardown()
         for e in self.errors:  # an NCCL WARN's return-code traces share its fate (harmless, teardown, ...)

@@ -87,6 +87,9 @@ class Tables:
     caught_handled_ids: frozenset[str] = frozenset()
     # "file:function" of an outermost frame whose code prints the exception and carries on (never ends the process)
     caught_goes_on: re.Pattern[str] | None = None
+    # the event field that marks a traceback as text the program printed, not an exception it raised ([caught] quoted)
+    caught_quoted: str | None = None
+    caught_quoted_with: tuple[str, ...] = ()  # kind globs of the launcher records such a traceback needs in its input
 
     # -- lookups ---------------------------------------------------------------------------------------------
     def nccl_warn(self, file: str | None, msg: str) -> Meaning | None:
@@ -271,7 +274,9 @@ def build_tables(files: Iterable[Path]) -> Tables:
                   caught_uncaught=_compile(caught["uncaught"], "[caught] uncaught") if "uncaught" in caught else None,
                   caught_entry=_compile(caught["entry"], "[caught] entry") if "entry" in caught else None,
                   caught_handled_ids=frozenset(caught.get("handled_ids", ())),
-                  caught_goes_on=_compile(caught["goes_on"], "[caught] goes_on") if "goes_on" in caught else None)
+                  caught_goes_on=_compile(caught["goes_on"], "[caught] goes_on") if "goes_on" in caught else None,
+                  caught_quoted=caught.get("quoted"),
+                  caught_quoted_with=tuple(caught.get("quoted_with", ())))
 
 
 @lru_cache(maxsize=8)

@@ -1,6 +1,7 @@
 """Predicates that blame the ranks a message itself names ("... from rank 0", "Ranks 1, 3 failed to ...")."""
 from __future__ import annotations
 
+import fnmatch
 import re
 from typing import Any
 
@@ -86,3 +87,70 @@ def fingerprint_odd_one_out(ctx: PredContext, **args: Any) -> PredResult | None:
         story = f"{_who(odd)} ran {major} with other tensors than {_who(tuple(ordered[0]))}"
     return PredResult(bound={"odd_who": _who(odd), "odd_story": story}, ranks=odd,
                       evidence=[e for e in evidence if ctx.builder.rank_of(e) in odd][:1] + evidence[:1])
+
+
+@predicate
+def stated_values_odd_one_out(ctx: PredContext, regex: str = "", reference_rank: int | None = None,
+                              **args: Any) -> PredResult | None:
+    """The rank(s) whose value differs from the one most ranks state, where each matched message states two ranks'
+    values: ``regex``'s named groups ``rank``/``value`` and ``rank2``/``value2`` (DDP's parameter-count check, "Rank 1
+    has 2 params, while rank 0 has inconsistent 4 params"). With no strict majority (1 vs 1) the ranks whose value
+    differs from ``reference_rank``'s, where the rule names a reference (DDP's: rank 0, whose model every rank
+    receives and is checked against); else the predicate fails and every reporting rank stays named."""
+    rx = re.compile(regex)
+    values: dict[int, str] = {}
+    evidence = []
+    for ev in ctx.events:
+        m = rx.search(str(field_value(ev, "body") or ""))
+        if m is None:
+            continue
+        evidence.append(ev)
+        for rk, vk in (("rank", "value"), ("rank2", "value2")):
+            if m.groupdict().get(rk) is not None and m.groupdict().get(vk) is not None:
+                values.setdefault(int(m.group(rk)), m.group(vk))
+    if len(set(values.values())) < 2:
+        return None
+    ordered, odd = _odd_ones(values)
+    if odd is None:
+        if reference_rank is None or reference_rank not in values:
+            return None
+        ref = values[reference_rank]
+        odd = tuple(sorted(r for r, v in values.items() if v != ref))
+        major = tuple(sorted(r for r, v in values.items() if v == ref))
+        basis = f"with no majority, {_who(major)} is the reference"
+    else:
+        major = tuple(ordered[0])
+        basis = f"{_who(major)} agree" if len(major) > 1 else f"{_who(major)} agrees"
+
+    def has(rs: tuple[int, ...]) -> str:
+        return "have" if len(rs) > 1 else "has"
+
+    story = (f"{_who(odd)} {has(odd)} {', '.join(sorted({values[r] for r in odd}))} where {_who(major)} "
+             f"{has(major)} {values[major[0]]}")
+    return PredResult(bound={"odd_who": _who(odd), "odd_story": story, "odd_basis": basis}, ranks=odd,
+                      evidence=[e for e in evidence if ctx.builder.rank_of(e) in odd][:1] + evidence[:1])
+
+
+@predicate
+def store_host_gone(ctx: PredContext, regex: str = "", host_rank: int = 0, not_with: str = "", launcher: str = "",
+                    **args: Any) -> PredResult | None:
+    """The rank that hosts the job's TCPStore, where every matched line is a store connection that was lost
+    (``regex`` on each line's text): the store's clients lose their connections only when its server goes away.
+    init_process_group's env:// and tcp:// rendezvous start the server in ``host_rank`` (rank 0); under torchrun
+    the agent hosts it. So the host is known only where a matched traceback shows the ranks were children of a
+    launcher that hosts no store (a frame file matching ``launcher``: Python's multiprocessing, mp.spawn) and no
+    event of a kind matching ``not_with`` (torchrun's agent) is in the input; an excerpt of one rank's output names
+    no one. Fails as well when ``host_rank`` itself reports the loss."""
+    rx = re.compile(regex)
+    if not ctx.events or any(not rx.search(str(field_value(ev, "body") or ev.text)) for ev in ctx.events):
+        return None
+    if not_with and any(fnmatch.fnmatchcase(k, not_with) for k in ctx.builder.kinds):
+        return None
+    lx = re.compile(launcher) if launcher else None
+    if lx is None or not any(lx.search(str(f.get("file", ""))) for ev in ctx.events
+                             for f in (ev.fields.get("frames") or ()) if isinstance(f, dict)):
+        return None
+    if host_rank in {ctx.builder.rank_of(ev) for ev in ctx.events}:
+        return None
+    who = f"rank {host_rank}, which hosts the TCPStore,"
+    return PredResult(bound={"peer_ranks": str(host_rank), "peer_who": who}, ranks=(host_rank,))

@@ -943,7 +943,7 @@ class _Block:
     __slots__ = ("kind", "key", "line", "rank", "local_rank", "time", "lines", "linenos", "nlines", "end_line", "state",
                  "frames", "chain", "exc", "msg", "expect_last", "generic", "junk", "child", "child_done",
                  "record", "last_seen", "truncated", "pending_code", "saw_blank", "seen", "msg_at", "headless",
-                 "unraisable")
+                 "unraisable", "indent")
 
     def __init__(self, kind: str, key: tuple, line: Line, rank: int | None, text: str):
         self.kind = kind  # "tb" | "exc" | "rec" | "term" | "child"
@@ -977,6 +977,7 @@ class _Block:
         self.pending_code = False
         self.saw_blank = False
         self.seen: set[str] = set()  # continuation line types this message already has
+        self.indent = ""  # the whitespace before an indented traceback's header (its lines are read without it)
         self.headless = False  # a traceback whose "Traceback (most recent call last):" header is not in the input
         self.unraisable = False  # right after "Exception ignored in: ...": reported and carried on from
 
@@ -1031,7 +1032,7 @@ class TorchParser:
     of anything still held, so the dispatcher can keep the stream ordered.
     """
 
-    __slots__ = ("_blocks", "_pending", "_count", "errors", "_unraisable")
+    __slots__ = ("_blocks", "_pending", "_count", "errors", "_unraisable", "_indent")
 
     def __init__(self) -> None:
         self._blocks: list[_Block] = []
@@ -1042,6 +1043,7 @@ class TorchParser:
         # traceback the interpreter reports and then carries on from (a __del__, a callback, a thread's exit); other
         # processes' lines in a shared pipe may come between the two
         self._unraisable: tuple[str, tuple, int] | None = None
+        self._indent = ""  # the indentation of an open indented traceback (see feed)
 
     # -------------------------------------------------------------------------------- public API
     @property
@@ -1054,7 +1056,17 @@ class TorchParser:
     def feed(self, line: Line) -> list[Event] | None:
         """Events for one line (see the class docstring)."""
         text = line.text
+        indent = self._indent
+        if indent and text.startswith(indent):
+            if any(b.indent for b in self._blocks):
+                line = _dedented(line, len(indent))
+                text = line.text
+            else:
+                self._indent = indent = ""
+        header_indent = ""
         if _TB_HEADER in text and not text.startswith(_TB_HEADER):
+            header_indent = text[:text.index(_TB_HEADER)]
+            header_indent = header_indent if not header_indent.strip() else ""
             line = _glued_header(line)
             text = line.text
         if not self._blocks:
@@ -1069,6 +1081,12 @@ class TorchParser:
             self.errors += 1
             self._blocks = [b for b in self._blocks if b.line is not line]
             out = None
+        if header_indent:
+            # A traceback indented as a whole (Python writes the header at the start of a line, behind a launcher's
+            # prefix at most): its frames and exception line keep their place relative to the header.
+            for b in self._blocks:
+                if b.line is line and b.kind == "tb":
+                    b.indent = self._indent = header_indent
         if self._pending:
             if out is None:
                 return None
@@ -1406,6 +1424,8 @@ class TorchParser:
         }
         if b.kind == "tb" and exc.get("exc_type") is None:
             fields["incomplete"] = True  # header and frames, no exception line (output cut off)
+        if b.indent:
+            fields["indented"] = True  # the whole traceback was indented (messages/events.toml [caught] quoted)
         if b.unraisable or (b.kind == "tb" and b.frames and b.frames[0].get("function") == "__del__"):
             # reported by sys.unraisablehook: the interpreter went on. A traceback that starts in a finaliser never
             # reached the top of a program (those start at <module>, a thread's or a process's bootstrap).
@@ -1490,6 +1510,11 @@ class TorchParser:
 
 _TB_HEADER = "Traceback (most recent call last):"
 _GLUED_RANK = re.compile(r"\[rank(\d+)\]: ?$")
+
+
+def _dedented(line: Line, n: int) -> Line:
+    """``line`` with the first ``n`` characters of its text (an indented traceback's indentation) removed."""
+    return Line(line.path, line.lineno, line.text[n:], line.raw, line.rank, line.local_rank, line.time, line.truncated)
 
 
 def _glued_header(line: Line) -> Line:
