@@ -198,7 +198,9 @@ def test_the_programs_own_download_error_that_ends_a_rank_is_an_app_exception(tm
 @needs_torch
 def test_lost_store_connections_without_torchrun_name_the_store_host_rank_0(tmp_path):
     log = _run(tmp_path, "store_host_exit")
-    assert "Connection reset by peer" in log.read_text(), log.read_text()[-2000:]
+    text = log.read_text()
+    # the workers see the store's socket reset or closed, as the timing falls (both are c10d's texts for it)
+    assert "Connection reset by peer" in text or "got 0 bytes" in text, text[-2000:]
     d = analyze([str(log)])
     assert d.root_cause is not None and d.root_cause.id == "peer_exit"
     assert d.root_cause.ranks == (0,)
