@@ -513,7 +513,7 @@ class JobBuilder:
         self._timeline(ev, "watchdog timeout" if ev.kind == "torch.watchdog.timeout" else ev.kind)
 
     def _on_desync(self, ev: Event) -> None:
-        lag = ev.get("lagging_ranks")  # parse/torch.py
+        lag = ev.get("lagging_ranks")  # parse/torch/body.py
         if isinstance(lag, (list, tuple)):
             for x in lag[:1024]:
                 try:

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..model import Event, Line
 # Re-exported names (BODY_STARTS, build_parser, body_parser, _uncached_body, the shape cache's) are read as
-# nccl.<name> by parse/torch.py, parallel.py and the tests.
+# nccl.<name> by parse/torch/, parallel.py and the tests.
 from .nccl_body import _CACHE_SIZE, BODY_STARTS, _uncached_body, parse_body  # noqa: F401
 from .nccl_grammar import _run, body_parser, build_parser  # noqa: F401
 from .nccl_shape import _NUM_SPLIT_RE, _SHAPES, _UNCACHEABLE, _learn_shape, _parse_shaped  # noqa: F401

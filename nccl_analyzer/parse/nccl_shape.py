@@ -199,7 +199,7 @@ def _learn_shape(level: str, body: str, nums: list[str], real: Parsed, parse: An
     token replaced by 1 (catches values derived from a token that happen to equal the sentinel's, such as
     a flag ``count > 0``). A field is constant only if all three parses agree on it.
     """
-    parse = parse or _uncached_body  # parse(level, body) -> Parsed (parse/torch.py passes its own)
+    parse = parse or _uncached_body  # parse(level, body) -> Parsed (parse/torch/grammar.py passes its own)
     sentinels = {_sentinel(i, tok): i for i, tok in enumerate(nums)}
     probe = parse(level, _NUM_SPLIT_RE.sub(_Counter(nums), body))
     ones = parse(level, _NUM_SPLIT_RE.sub(_one, body))
