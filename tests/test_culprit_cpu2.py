@@ -186,3 +186,19 @@ def test_report_that_leaves_out_the_workers_it_terminated_names_no_unlisted_rank
     d = _diag(tmp_path, _closed(0, 55727) + _closed(2, 8942) + sigterm + _report((0, 0, 1), (2, 2, 1)))
     assert d.root_cause is not None
     assert 1 not in d.root_cause.ranks
+
+
+def test_unlisted_workers_ignore_a_local_rank_no_host_runs():
+    """A mangled local rank (a paste's or a corrupt log's huge number) is no gap to fill below it: before the cap
+    the loop walked every local rank under it (a fuzz input with local_rank 10**22 never finished)."""
+    from types import SimpleNamespace
+
+    from nccl_analyzer.engine.match import MAX_LOCAL_WORKERS, _unlisted_workers
+
+    huge = MAX_LOCAL_WORKERS * 1000
+    b = SimpleNamespace(exits={huge: {"local_rank": huge, "pid": 7, "path": "log.txt"}}, sigterm_pids=set())
+    assert _unlisted_workers(b, set()) == []
+    # a real agent's gap is still found: local ranks 0 and 2 listed, 1 missing
+    b = SimpleNamespace(exits={0: {"local_rank": 0, "pid": 5, "path": "log.txt"},
+                               2: {"local_rank": 2, "pid": 6, "path": "log.txt"}}, sigterm_pids=set())
+    assert _unlisted_workers(b, set()) == [1]

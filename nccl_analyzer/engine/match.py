@@ -569,6 +569,10 @@ def exited_peers(ctx: PredContext, **args: Any) -> PredResult | None:
     return None
 
 
+#: The most workers one torchrun agent is taken to run (``--nproc_per_node``: one host's GPUs or CPU workers).
+MAX_LOCAL_WORKERS = 4096
+
+
 def _unlisted_workers(b: "JobBuilder", reporting: set[int]) -> list[int]:
     """Workers one torchrun agent's failure report leaves out although it lists a higher local rank: the agent lists
     every worker of its group that did not succeed (exit status, or the SIGTERM it sent), so a local rank missing
@@ -593,6 +597,8 @@ def _unlisted_workers(b: "JobBuilder", reporting: set[int]) -> list[int]:
             continue
     out = []
     for (_, base), locals_ in groups.items():
+        if max(locals_) > MAX_LOCAL_WORKERS:
+            continue  # no agent runs that many workers on one host: a mangled number, not a gap to fill
         for lr in range(max(locals_)):
             if lr not in locals_ and base + lr not in reporting and base + lr not in b.exits and base >= 0:
                 out.append(base + lr)
