@@ -35,29 +35,28 @@ def _shared(label: str) -> str:
 _VALUES: dict[Any, Any] = {}
 
 
-def _shared_value(v: Any) -> Any:
-    """One object per distinct short string or int of the per-rank records (every rank's watchdog entry holds the
-    same op, sizes and timeout; bounded: past 65,536 values a value is kept as it is)."""
-    if v.__class__ is not int and (v.__class__ is not str or len(v) > 64):
-        return v
-    got = _VALUES.get(v)
+def _interned(cache: dict, v: Any) -> Any:
+    """The one object ``cache`` holds equal to ``v`` (``v`` itself the first time; bounded: past 65,536 entries a
+    value is kept as it is)."""
+    got = cache.get(v)
     if got is None:
-        if len(_VALUES) < 65536:
-            _VALUES[v] = v
+        if len(cache) < 65536:
+            cache[v] = v
         return v
     return got
+
+
+def _shared_value(v: Any) -> Any:
+    """One object per distinct short string or int of the per-rank records (every rank's watchdog entry holds the
+    same op, sizes and timeout)."""
+    if v.__class__ is not int and (v.__class__ is not str or len(v) > 64):
+        return v
+    return _interned(_VALUES, v)
 
 
 def _shared_time(t: str | None) -> str | None:
-    """One string object per distinct timeline time (bounded: past 65,536 times a time is kept as it is)."""
-    if t is None:
-        return None
-    got = _TIMES.get(t)
-    if got is None:
-        if len(_TIMES) < 65536:
-            _TIMES[t] = t
-        return t
-    return got
+    """One string object per distinct timeline time."""
+    return None if t is None else _interned(_TIMES, t)
 
 
 _VERSION_NUM = re.compile(r"(\d+\.\d+\.\d+)")
