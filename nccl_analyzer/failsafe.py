@@ -78,6 +78,7 @@ class ErrorLedger:
         self._last_warn: dict[tuple[str, str | None, int | None], _Err] = {}
         self.fatal = False  # torchrun reports a worker that exited with a status > 0 (or unknown)
         self.launcher: set[str] = set()  # paths holding records of a launcher that reports failed workers
+        self._launcher_kinds: dict[str, bool] = {}  # kind -> is a launcher record (the kinds are few)
         self.torchrun = False  # torchrun reports any failed worker
         self._quoted: list[_Err] = []  # quoted tracebacks: they count as such only where the launcher's records are
 
@@ -88,7 +89,11 @@ class ErrorLedger:
             or bool(t.entries_for(kind)) or self._launcher_kind(kind)
 
     def _launcher_kind(self, kind: str) -> bool:
-        return any(fnmatch.fnmatchcase(kind, g) for g in self.t.caught_quoted_with)
+        """Whether ``kind`` is a launcher record ([caught] quoted_with), decided once per kind (add() asks per event)."""
+        got = self._launcher_kinds.get(kind)
+        if got is None:
+            got = self._launcher_kinds[kind] = any(fnmatch.fnmatchcase(kind, g) for g in self.t.caught_quoted_with)
+        return got
 
     def add(self, ev: Event) -> None:
         kind = ev.kind
