@@ -68,6 +68,8 @@ COLLECTIVE_FUNCS = frozenset({
     "scatter", "barrier", "send", "recv", "isend", "irecv", "batch_isend_irecv", "all_gather_object",
     "broadcast_object_list", "monitored_barrier", "gather_object", "scatter_object_list", "all_reduce_coalesced",
 })
+# distributed_c10d's helpers of all_gather_object & co. that pickle / unpickle outside any communication
+_SERIALISE_FUNCS = frozenset({"_object_to_tensor", "_tensor_to_object"})
 # The c10d kinds that mean "this rank hit a failure" (first error per rank, culprit/victim assignment).
 ERROR_KINDS_PREFIX = ("nccl.warn.", "torch.watchdog", "torch.heartbeat", "torch.nccl_error", "torch.store.",
                       "torch.cuda.", "torch.desync", "python.traceback", "python.exception")
@@ -704,13 +706,16 @@ class JobBuilder:
 
 
 def traceback_collective(ev: Event) -> str | None:
-    """The torch.distributed collective a traceback stopped in (innermost distributed_c10d frame)."""
+    """The torch.distributed collective a traceback stopped in (innermost distributed_c10d frame); None when the
+    innermost one is an object collective's (de)serialisation: the rank raised pickling its object, not waiting."""
     frames = ev.get("frames") or []
     name = None
     for fr in frames:  # the traceback parser's frames: {"file", "line", "function"}
-        if isinstance(fr, dict) and "distributed_c10d" in str(fr.get("file")) \
-                and fr.get("function") in COLLECTIVE_FUNCS:
-            name = fr["function"]
+        if isinstance(fr, dict) and "distributed_c10d" in str(fr.get("file")):
+            if fr.get("function") in COLLECTIVE_FUNCS:
+                name = fr["function"]
+            elif fr.get("function") in _SERIALISE_FUNCS:
+                return None
     if name is None:
         for line in ev.get("lines") or []:
             m = re.search(r'distributed_c10d\.py", line \d+, in (\w+)', str(line))

@@ -209,9 +209,11 @@ class TorchParser:
                 self._set_exception(b, text)
                 b.add(line)
                 return []
-        # 3. message continuation (structural, or generic for excepthook output)
+        # 3. message continuation (structural, or generic for excepthook output: every line of it carries the rank's
+        # prefix, so a blank line of that prefix is a blank line of the message, which Python prints as it is)
         for b in mine:
-            if b.state == "message" and b.accepts_cont(text) and not (b.saw_blank and not _CONT.match(text)):
+            if b.state == "message" and b.accepts_cont(text) and not (b.saw_blank and not _CONT.match(text)
+                                                                     and not b.generic):
                 b.take_cont(text)
                 b.add(line)
                 return []

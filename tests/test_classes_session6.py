@@ -1,0 +1,225 @@
+"""The failure classes behind the misses of the sets released in session 6 (fixtures/blind5h, blind_cpu3h,
+blind_h200g; docs/classes-session6.md), each built from what the program that prints the line does: real gloo jobs
+(tests/jobs/session6_job.py) where a process's behaviour is the point, short logs written from NCCL's / the
+library's format where the point is one message's text."""
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from jobs.jobkit import env, needs_torch  # noqa: E402
+
+from nccl_analyzer.analysis import analyze, analyze_text  # noqa: E402
+from nccl_analyzer.render.text import render_text  # noqa: E402
+
+JOB = Path(__file__).resolve().parent / "jobs" / "session6_job.py"
+
+
+def _port() -> int:
+    """A free port of 29760-29799 (this file's range on a shared machine), free on every address."""
+    for p in range(29760, 29800):
+        try:
+            with socket.socket(socket.AF_INET) as s4:
+                s4.bind(("", p))
+            with socket.socket(socket.AF_INET6) as s6:
+                s6.bind(("::", p))
+        except OSError:
+            continue
+        return p
+    pytest.skip("no free port in 29760-29799")
+
+
+def _run(tmp_path: Path, mode: str, nproc: int = 2, **extra: str) -> Path:
+    log = tmp_path / f"{mode}.log"
+    for _ in range(3):  # another job on the machine may take the port between the check and the bind
+        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1",
+               f"--master_port={_port()}", str(JOB), mode]
+        out = subprocess.run(["nice", "-n", "10", *cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             timeout=180, cwd=tmp_path, env=env(**extra))
+        log.write_text(out.stdout)  # one console, as `2>&1` shows it
+        if "failed to listen on any local network address" not in out.stdout:
+            break
+    assert out.returncode != 0, out.stdout[-2000:]
+    return log
+
+
+def _verdict(text: str):
+    d = analyze_text(text)
+    return d, render_text(d, verbose=True)
+
+
+# -- 1. NCCL's NVLS bind failure is three lines; its first carries no error word ---------------------------------
+_NVLS_WRAPPED = """\
+Failed to bind NVLink SHARP (NVLS) Multicast memory of size 4194304 :
+CUDA error 800 'operation not permitted'.
+This is usually caused by a system or configuration error in the Fabric Manager or NVSwitches.
+Disable NVLS (NCCL_NVLS_ENABLE=0) if you wish to avoid this error in the future.
+"""
+
+
+def test_nvls_bind_failure_wrapped_before_its_cuda_error_is_nvls():
+    """transport/nvls.cc's WARN (2.29+ wording) quoted without its prefix, its first line wrapped before the CUDA error:
+    the CUDA error is the multicast bind's, not a CUDA fault of its own."""
+    d, out = _verdict(_NVLS_WRAPPED)
+    assert d.root_cause is not None and d.root_cause.id == "nvls_multicast", out
+    assert d.root_cause.evidence[0].line == 1, out
+
+
+def test_nvls_bind_failure_without_its_first_line_is_still_nvls():
+    """The paste cut above the second line of the same WARN: only nvls.cc prints that sentence."""
+    d, out = _verdict(_NVLS_WRAPPED.split("\n", 2)[2])
+    assert d.root_cause is not None and d.root_cause.id == "nvls_multicast", out
+
+
+def test_nvls_bind_failure_nccl_went_on_from_is_no_failure():
+    """NCCL 2.27 / 2.28 log the same bind failure at INFO and go on without NVLS (its text ends so)."""
+    d, out = _verdict("Failed to bind NVLink SHARP (NVLS) Multicast memory of size 2097152 : CUDA error 401 'the "
+                      "operation cannot be performed in the present state'. Proceeding without NVLS support.\n")
+    assert d.root_cause is None, out
+
+
+# -- 2. socketPollConnect's own texts, their file unknown -------------------------------------------------------
+def test_socketpollconnect_warn_in_a_prefix_the_parser_cannot_read_is_a_connect_failure():
+    """A job's own log format around NCCL's WARN ("[misc/socket.cc:586] [host:pid=N] NCCL WARN ..."): the WARN's
+    file is not read, so only its text says it is misc/socket.cc's connect (poll() woke without POLLOUT)."""
+    log = ("[0012/0256][2026-03-02 08:14:55,101] [misc/socket.cc:586] [gpu-b07:pid=77120] NCCL WARN socketPollConnect"
+           " poll() returned 1, no POLLOUT events\n"
+           "[0013/0256][2026-03-02 08:14:55,104] [misc/socket.cc:586] [gpu-b07:pid=77121] NCCL WARN socketPollConnect"
+           " poll() returned 1, no POLLOUT events\n")
+    d, out = _verdict(log)
+    assert d.root_cause is not None and d.root_cause.id == "network_connect", out
+
+
+def test_socketpollconnect_text_quoted_as_the_last_error_is_a_connect_failure():
+    log = ("torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:77, "
+           "unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.27.3\n"
+           "ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error.\n"
+           "Last error:\n"
+           "socketPollConnect to 10.12.0.7<41921> failed with error Connection timed out\n")
+    d, out = _verdict(log)
+    assert d.root_cause is not None and d.root_cause.id == "network_connect", out
+
+
+# -- 3. bind() of an address the host does not have -------------------------------------------------------------
+_BIND_NOT_LOCAL = """\
+a91f0c2d7e11:301:301 [0] NCCL INFO NCCL_COMM_ID set by environment to 10.40.1.8:30211
+a91f0c2d7e11:301:301 [0] include/socket.h:197 NCCL WARN Net : No interface found in the same subnet as remote address 10.40.1.8<30211>
+a91f0c2d7e11:301:301 [0] NCCL INFO Bootstrap : Using [0]eth0:172.17.0.4<0>
+a91f0c2d7e11:301:301 [0] NCCL INFO NET/Socket : Using [0]eth0:172.17.0.4<0>
+a91f0c2d7e11:301:301 [0] include/socket.h:333 NCCL WARN Call to bind failed : {err}
+a91f0c2d7e11:301:301 [0] NCCL INFO bootstrap.cc:91 -> 2
+a91f0c2d7e11:301:301 [0] NCCL INFO init.cc:970 -> 2
+"""
+
+
+def test_bind_to_an_address_the_container_does_not_have_is_the_interface():
+    """EADDRNOTAVAIL: NCCL_COMM_ID names an address that is not the container's (docker bridge): the address NCCL was
+    told to use, not a connection between nodes, and not a port another process holds."""
+    d, out = _verdict(_BIND_NOT_LOCAL.format(err="Cannot assign requested address"))
+    assert d.root_cause is not None and d.root_cause.id == "socket_interface", out
+    assert d.root_cause.rule == "nccl-bind-address-not-local", out
+
+
+def test_bind_to_a_taken_port_is_still_the_port():
+    d, out = _verdict(_BIND_NOT_LOCAL.format(err="Address already in use"))
+    assert d.root_cause is not None and d.root_cause.id == "port_conflict", out
+
+
+# -- 4. Python's MemoryError is host memory ---------------------------------------------------------------------
+@needs_torch
+def test_memory_error_of_a_real_rank_is_host_memory(tmp_path):
+    """Rank 1 of a real gloo job caps its address space and allocates past it: CPython raises MemoryError (no
+    message); rank 0 loses its peer. What ran out is the host memory of rank 1."""
+    log = _run(tmp_path, "memory_error")
+    assert "MemoryError" in log.read_text()
+    d = analyze([str(log)])
+    assert d.root_cause is not None and d.root_cause.id == "host_oom", render_text(d, verbose=True)
+    assert d.root_cause.ranks == (1,)
+
+
+def test_numpy_s_allocation_failure_is_host_memory():
+    log = ("[rank0]: Traceback (most recent call last):\n"
+           '[rank0]:   File "/srv/feat.py", line 40, in <module>\n'
+           "[rank0]:     bank = np.empty((2_000_000, 4096), dtype=np.float32)\n"
+           "[rank0]: numpy._core._exceptions._ArrayMemoryError: Unable to allocate 30.5 GiB for an array with shape "
+           "(2000000, 4096) and data type float32\n")
+    d, out = _verdict(log)
+    assert d.root_cause is not None and d.root_cause.id == "host_oom", out
+
+
+def test_an_exception_naming_memory_is_not_host_memory():
+    """Only the MemoryError type says an allocation failed; a message about memory is the application's."""
+    log = ("Traceback (most recent call last):\n"
+           '  File "/srv/train.py", line 12, in <module>\n'
+           "    check(cfg)\n"
+           "ValueError: memory budget must be a positive number of GiB\n")
+    d, out = _verdict(log)
+    assert d.root_cause is not None and d.root_cause.id == "app_exception", out
+
+
+# -- 5. A rank that raised pickling its object is in no collective -----------------------------------------------
+@needs_torch
+def test_all_gather_object_of_an_unpicklable_object_is_that_rank_s_exception(tmp_path):
+    """Rank 1 of a real gloo job all_gather_objects a dict holding a lambda: pickle fails in _object_to_tensor
+    before any communication (AttributeError), and rank 0, waiting in the all_gather inside its all_gather_object,
+    loses its peer. The ranks did not call different collectives: rank 1's exception is the cause."""
+    log = _run(tmp_path, "gather_object_lambda")
+    assert "_object_to_tensor" in log.read_text()
+    d = analyze([str(log)])
+    assert d.root_cause is not None and d.root_cause.id == "app_exception", render_text(d, verbose=True)
+    assert d.root_cause.ranks == (1,)
+
+
+def test_ranks_stopped_in_different_collectives_are_still_a_mismatch():
+    """The guard: one rank timed out in all_gather_object's all_gather, the other in broadcast."""
+    tb = ("[rank{r}]: Traceback (most recent call last):\n"
+          '[rank{r}]:   File "/srv/train.py", line 30, in <module>\n'
+          "[rank{r}]:     {call}\n"
+          '[rank{r}]:   File "/opt/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 3300, '
+          "in {fn}\n"
+          "[rank{r}]:     work.wait()\n"
+          "[rank{r}]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting "
+          "20000ms for recv operation to complete\n")
+    log = tb.format(r=0, call="dist.all_gather_object(out, obj)", fn="all_gather") + \
+        tb.format(r=1, call="dist.broadcast(t, 0)", fn="broadcast")
+    d, out = _verdict(log)
+    assert d.root_cause is not None and d.root_cause.id == "collective_mismatch", out
+
+
+# -- 6. accelerate's shape check before a gather ----------------------------------------------------------------
+def _accelerate_rank(r: int, shapes: list[str]) -> str:
+    lines = ["Traceback (most recent call last):",
+             '  File "/srv/dpo.py", line 211, in <module>',
+             "    trainer.train()",
+             '  File "/opt/venv/lib/python3.11/site-packages/accelerate/accelerator.py", line 2539, in gather',
+             "    return gather(tensor)",
+             '  File "/opt/venv/lib/python3.11/site-packages/accelerate/utils/operations.py", line 389, in wrapper',
+             "    raise DistributedOperationException(",
+             "accelerate.utils.operations.DistributedOperationException: Cannot apply desired operation due to shape "
+             "mismatches. All shapes across devices must be valid.",
+             "",
+             "Operation: `accelerate.utils.operations.gather`",
+             "Input shapes:"] + [f"  - Process {i}: {s}" for i, s in enumerate(shapes)]
+    return "".join(f"[rank{r}]: {x}\n" for x in lines)
+
+
+def test_accelerate_s_shape_check_is_a_collective_mismatch():
+    """accelerate's debug mode (verify_operation) gathers every process's shape and raises on every rank when they
+    differ: the ranks called one gather with tensors of different shapes, not an application bug of one rank."""
+    shapes = ["[8, 211, 50257]", "[8, 187, 50257]", "[8, 240, 50257]"]
+    d, out = _verdict("".join(_accelerate_rank(r, shapes) for r in (2, 0, 1)))
+    assert d.root_cause is not None and d.root_cause.id == "collective_mismatch", out
+    assert "accelerate.utils.operations.gather" in d.root_cause.title, out
+
+
+def test_accelerate_s_device_check_is_not_a_mismatch():
+    log = ("accelerate.utils.operations.DistributedOperationException: One or more of the tensors passed to "
+           "accelerate.utils.operations.gather were not on the cpu while the `Accelerator` is configured for cuda. "
+           "Please move it to the cuda before calling accelerate.utils.operations.gather.\n")
+    d, out = _verdict(log)
+    assert d.root_cause is None or d.root_cause.id != "collective_mismatch", out
