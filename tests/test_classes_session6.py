@@ -83,6 +83,26 @@ def test_nvls_bind_failure_nccl_went_on_from_is_no_failure():
     assert d.root_cause is None, out
 
 
+_MNNVL = ("MNNVL (cliqueSize 8) is available but not working on this system. Check the IMEX channel configuration "
+          "(/dev/nvidia-caps-imex-channels). Set NCCL_MNNVL_ENABLE=0 to ignore this issue.\n")
+
+
+def test_mnnvl_not_working_quoted_alone_is_nvls_multicast():
+    """mnnvl.cc warns so and returns ncclSystemError (its fabric-handle self test failed: no IMEX channel in the
+    container, the IMEX daemon down); quoted without NCCL's prefix it carried no error word."""
+    d, out = _verdict(_MNNVL)
+    assert d.root_cause is not None and d.root_cause.id == "nvls_multicast", out
+
+
+def test_mnnvl_not_working_as_torch_s_last_error_is_nvls_multicast():
+    log = ("[rank0]: torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/"
+           "ProcessGroupNCCL.cpp:3690, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.27.5\n"
+           "[rank0]: ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error.\n"
+           "[rank0]: Last error:\n[rank0]: " + _MNNVL)
+    d, out = _verdict(log)
+    assert d.root_cause is not None and d.root_cause.id == "nvls_multicast", out
+
+
 # -- 2. socketPollConnect's own texts, their file unknown -------------------------------------------------------
 def test_socketpollconnect_warn_in_a_prefix_the_parser_cannot_read_is_a_connect_failure():
     """A job's own log format around NCCL's WARN ("[misc/socket.cc:586] [host:pid=N] NCCL WARN ..."): the WARN's
