@@ -172,6 +172,28 @@ def test_numpy_s_allocation_failure_is_host_memory():
     assert d.root_cause is not None and d.root_cause.id == "host_oom", out
 
 
+def test_fork_failing_with_enomem_is_host_memory():
+    """A DataLoader starting its workers: os.fork() fails with errno 12 when the host cannot back the child."""
+    log = ("Traceback (most recent call last):\n"
+           '  File "/srv/train.py", line 80, in <module>\n'
+           "    for batch in loader:\n"
+           '  File "/usr/lib/python3.10/site-packages/torch/utils/data/dataloader.py", line 1039, in __init__\n'
+           "    w.start()\n"
+           '  File "/usr/lib/python3.10/multiprocessing/popen_fork.py", line 66, in _launch\n'
+           "    self.pid = os.fork()\n"
+           "OSError: [Errno 12] Cannot allocate memory\n")
+    d, out = _verdict(log)
+    assert d.root_cause is not None and d.root_cause.id == "host_oom", out
+
+
+def test_std_bad_alloc_in_a_native_thread_is_host_memory():
+    log = ("terminate called after throwing an instance of 'std::bad_alloc'\n"
+           "  what():  std::bad_alloc\n"
+           "Aborted (core dumped)\n")
+    d, out = _verdict(log)
+    assert d.root_cause is not None and d.root_cause.id == "host_oom", out
+
+
 def test_an_exception_naming_memory_is_not_host_memory():
     """Only the MemoryError type says an allocation failed; a message about memory is the application's."""
     log = ("Traceback (most recent call last):\n"
