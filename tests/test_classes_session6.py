@@ -265,3 +265,44 @@ def test_accelerate_s_device_check_is_not_a_mismatch():
            "Please move it to the cuda before calling accelerate.utils.operations.gather.\n")
     d, out = _verdict(log)
     assert d.root_cause is None or d.root_cause.id != "collective_mismatch", out
+
+
+# -- 7. PaddlePaddle's EnforceNotMet: the summary line says what failed -----------------------------------------
+_PADDLE = """\
+Traceback (most recent call last):
+  File "tools/train.py", line 58, in <module>
+    main()
+  File "tools/train.py", line 31, in main
+    paddle.distributed.init_parallel_env()
+  File "/usr/local/lib/python3.7/site-packages/paddle/distributed/parallel.py", line 134, in init_parallel_env
+    parallel_helper._init_parallel_ctx()
+  File "/usr/local/lib/python3.7/site-packages/paddle/fluid/dygraph/parallel_helper.py", line 42, in _init_parallel_ctx
+    __parallel_ctx__clz__.init()
+paddle.fluid.core_avx.EnforceNotMet: 
+
+--------------------------------------
+C++ Traceback (most recent call last):
+--------------------------------------
+0   paddle::imperative::NCCLParallelContext::Init()
+1   paddle::platform::NCCLCommContext::CreateNCCLComm(ncclUniqueId*, int, int, int, int)
+2   paddle::platform::EnforceNotMet::EnforceNotMet(std::__exception_ptr::exception_ptr, char const*, int)
+
+----------------------
+Error Message Summary:
+----------------------
+{summary}
+"""
+
+
+def test_paddle_enforce_not_met_is_what_its_summary_line_says():
+    """Paddle's C++ PADDLE_ENFORCE failure reaches Python as EnforceNotMet with no text of its own; the error class
+    and message are in the "Error Message Summary": an NCCL error there is NCCL's, not the application's."""
+    d, out = _verdict(_PADDLE.format(summary="ExternalError:  Nccl error, unhandled cuda error  (at "
+                                             "/paddle/paddle/fluid/platform/collective_helper.cc:83)"))
+    assert d.root_cause is not None and d.root_cause.id == "cuda_error", out
+
+
+def test_paddle_enforce_not_met_of_a_user_error_is_still_the_application():
+    d, out = _verdict(_PADDLE.format(summary="InvalidArgumentError: The shape of Input(X) should be [N, C, H, W], "
+                                             "but received [8, 3, 224]  (at /paddle/paddle/fluid/operators/conv_op.cc:59)"))
+    assert d.root_cause is not None and d.root_cause.id == "app_exception", out
