@@ -90,11 +90,16 @@ class Tables:
     # the event field that marks a traceback as text the program printed, not an exception it raised ([caught] quoted)
     caught_quoted: str | None = None
     caught_quoted_with: tuple[str, ...] = ()  # kind globs of the launcher records such a traceback needs in its input
+    # nccl_sources.toml: (the WARN format as a regex, the source file that prints it) for WARNs the table decides only
+    # by their file; a WARN text that arrives without its file is read as printed there (``source_of``)
+    sources: tuple[tuple[re.Pattern[str], str], ...] = ()
+    _source_cache: dict[str, str | None] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     # -- lookups ---------------------------------------------------------------------------------------------
     def nccl_warn(self, file: str | None, msg: str) -> Meaning | None:
-        """The first ``nccl.toml`` entry matching a WARN's source file (as printed) and text, or None."""
-        path = _norm_path(file) if file else None
+        """The first ``nccl.toml`` entry matching a WARN's source file (as printed; without one, the file the catalogue
+        says prints this text, ``source_of``) and text, or None."""
+        path = _norm_path(file) if file else self.source_of(msg)
         for e in self.nccl:
             if e.files and (path is None or not _file_match(path, e.files)):
                 continue
@@ -103,11 +108,28 @@ class Tables:
             return e.meaning()
         return None
 
+    def source_of(self, msg: str) -> str | None:
+        """The NCCL source file that prints the WARN text ``msg`` (nccl_sources.toml), or None."""
+        if not self.sources or not msg:
+            return None
+        key = msg[:300].rstrip()
+        if key in self._source_cache:
+            return self._source_cache[key]
+        found = next((f for rx, f in self.sources if rx.fullmatch(key)), None)
+        if len(self._source_cache) < 4096:
+            self._source_cache[key] = found
+        return found
+
     def message(self, text: str) -> Meaning | None:
         """A free text (an exception message, ``Last error:`` line, error string): the first entry of nccl.toml
-        that decides by text alone (no ``file``), or None."""
+        that decides by text alone (no ``file``), or None. An NCCL WARN text the table decides only by its file (an
+        NCCL error's quoted last WARN) is read as printed by that file (``source_of``)."""
         if not text:
             return None
+        src = self.source_of(text.strip())
+        m = self.nccl_warn(src, text.strip()) if src is not None else None
+        if m is not None:
+            return m
         for e in self.nccl:
             if not e.files and e.msg is not None and e.msg.search(text):
                 return e.meaning()
@@ -153,6 +175,21 @@ class Tables:
             if m:
                 return e, m
         return None
+
+
+_PRINTF = re.compile(r"%(?:[-+ #0]*)(?:\d+|\*)?(?:\.\d+)?(?:hh|h|ll|l|z|j|t|L)?([diouxXfeEgGcspm%])")
+
+
+def _format_regex(fmt: str) -> re.Pattern[str]:
+    """A printf format as a regex for what it prints (``%s`` any text; used with fullmatch, leading blanks allowed)."""
+    out, i = [r"\s*"], 0
+    for m in _PRINTF.finditer(fmt):
+        out.append(re.escape(fmt[i:m.start()]))
+        c = m[1]
+        out.append("%" if c == "%" else ".*?" if c in "sm" else r"\S" if c == "c" else r"\S+")
+        i = m.end()
+    out.append(re.escape(fmt[i:]))
+    return re.compile("".join(out))
 
 
 def _norm_path(path: str) -> str:
@@ -246,6 +283,7 @@ def build_tables(files: Iterable[Path]) -> Tables:
     progress: set[str] = set()
     caught: dict[str, Any] = {}
     seen: set[str] = set()
+    sources: list[tuple[re.Pattern[str], str]] = []
     for f in files:
         data = _read(f)
         for i, raw in enumerate(data.get("message", []), 1):
@@ -262,6 +300,10 @@ def build_tables(files: Iterable[Path]) -> Tables:
             raise RuleError(f"{f}: keywords must be a list of non-empty strings")
         keywords.extend(kws)
         progress |= set((data.get("progress") or {}).get("kinds", ()))
+        for i, row in enumerate(data.get("sources", []), 1):
+            if not (isinstance(row, list) and len(row) == 2 and all(isinstance(x, str) and x for x in row)):
+                raise RuleError(f"{f}: sources #{i} must be [file, format]")
+            sources.append((_format_regex(row[1]), _norm_path(row[0])))
         caught.update(data.get("caught") or {})
     kw = tuple(dict.fromkeys(keywords))
     return Tables(nccl=tuple(nccl), events=tuple(events), text=tuple(text), formats=tuple(formats), text_keywords=kw,
@@ -276,7 +318,7 @@ def build_tables(files: Iterable[Path]) -> Tables:
                   caught_handled_ids=frozenset(caught.get("handled_ids", ())),
                   caught_goes_on=_compile(caught["goes_on"], "[caught] goes_on") if "goes_on" in caught else None,
                   caught_quoted=caught.get("quoted"),
-                  caught_quoted_with=tuple(caught.get("quoted_with", ())))
+                  caught_quoted_with=tuple(caught.get("quoted_with", ())), sources=tuple(sources))
 
 
 @lru_cache(maxsize=8)

@@ -306,3 +306,35 @@ def test_paddle_enforce_not_met_of_a_user_error_is_still_the_application():
     d, out = _verdict(_PADDLE.format(summary="InvalidArgumentError: The shape of Input(X) should be [N, C, H, W], "
                                              "but received [8, 3, 224]  (at /paddle/paddle/fluid/operators/conv_op.cc:59)"))
     assert d.root_cause is not None and d.root_cause.id == "app_exception", out
+
+
+# -- 8. A WARN without its file is read as printed by the file the catalogue names -------------------------------
+@pytest.mark.parametrize("line,want", [
+    # misc/ipcsocket.cc (local ranks exchange cuMem handles over a UNIX socket): the table's p2p_ipc by file
+    ("NCCL WARN UDS: Sending data over socket nccl-socket-1-4f2a09c1d7 failed : Connection refused (111)", "p2p_ipc"),
+    # misc/cudawrap.cc: cuda_error by file
+    ("gpu-c3:9911:9911 [0] NCCL WARN Failed to find CUDA library in /opt/cuda/lib64 (NCCL_CUDA_PATH=/opt/cuda/lib64)",
+     "cuda_error"),
+])
+def test_a_warn_without_its_file_means_what_its_file_would(line, want):
+    """NCCL's prefix stripped (or never read): messages/nccl.toml decides these formats by their source file, and
+    messages/nccl_sources.toml (generated from the catalogue) says which file prints the text."""
+    d, out = _verdict(line + "\n")
+    assert d.root_cause is not None and d.root_cause.id == want, out
+
+
+def test_a_text_two_sources_print_with_different_meanings_is_left_to_the_text():
+    """'Failed to open %s' (net_ib: ib_rdma) must not take 'Failed to open libnvidia-ml.so.1' (nvmlwrap: other)."""
+    from nccl_analyzer.messages import load_tables
+    t = load_tables()
+    assert t.source_of("Failed to open libnvidia-ml.so.1") is None
+    m = t.nccl_warn(None, "Failed to open libnvidia-ml.so.1")
+    assert m is None or m.id != "ib_rdma"
+
+
+def test_nccl_sources_toml_is_generated_from_the_catalogue_and_the_table():
+    """messages/nccl_sources.toml is what benchmarks/nccl_sources.py computes now (regenerate it after a table
+    change: `python benchmarks/nccl_sources.py --write`)."""
+    p = subprocess.run([sys.executable, str(Path(__file__).resolve().parents[1] / "benchmarks" / "nccl_sources.py"),
+                        "--check"], capture_output=True, text=True, timeout=300, env=env())
+    assert p.returncode == 0, p.stderr
