@@ -338,3 +338,59 @@ def test_nccl_sources_toml_is_generated_from_the_catalogue_and_the_table():
     p = subprocess.run([sys.executable, str(Path(__file__).resolve().parents[1] / "benchmarks" / "nccl_sources.py"),
                         "--check"], capture_output=True, text=True, timeout=300, env=env())
     assert p.returncode == 0, p.stderr
+
+
+# -- 9. An exception's message word-wrapped by the person who pasted it ----------------------------------------
+def _wrapped(text: str, width: int) -> str:
+    import textwrap
+    return "\n".join(textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False)) + "\n"
+
+
+_BIND = ("torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. "
+         "The server socket has failed to bind to [::]:29517 (errno: 98 - Address already in use). The server "
+         "socket has failed to bind to 0.0.0.0:29517 (errno: 98 - Address already in use).")
+_STORE_TIMEOUT = ("torch.distributed.DistNetworkError: The client socket has timed out after 1800000ms while trying "
+                  "to connect to (10.8.0.12, 29500).")
+
+
+def _file_verdict(tmp_path: Path, text: str):
+    """The analysis of ``text`` read as a file (the paste layer reads files and stdin, not in-memory text)."""
+    p = tmp_path / "paste.txt"
+    p.write_text(text)
+    d = analyze([str(p)])
+    return d, render_text(d, verbose=True)
+
+
+@pytest.mark.parametrize("width", [64, 72, 100])
+def test_a_word_wrapped_exception_message_is_read_whole(tmp_path, width):
+    """Python prints an exception's message on one line; a paste wrapped at the words (an issue's text, a mail, a
+    terminal that folds at spaces) leaves pieces no rule reads. Joined with the space the wrap took, the message
+    is torch's TCPStore bind failure (EADDRINUSE)."""
+    d, out = _file_verdict(tmp_path, _wrapped(_BIND, width))
+    assert d.root_cause is not None and d.root_cause.id == "port_conflict", out
+    assert "29517" in d.root_cause.title, out
+
+
+def test_a_word_wrapped_store_timeout_is_read_whole(tmp_path):
+    d, out = _file_verdict(tmp_path, _wrapped(_STORE_TIMEOUT, 64))
+    assert d.root_cause is not None and d.root_cause.id == "rendezvous_unreachable", out
+    assert "10.8.0.12" in d.root_cause.title, out
+
+
+def test_torch_s_own_multi_line_message_is_no_word_wrap():
+    """torch's CUDA error text is several lines of its own (c10/cuda/CUDAException.cpp): not pieces of one line."""
+    from nccl_analyzer.paste import plan_for
+    lines = ["RuntimeError: CUDA error: an illegal memory access was encountered",
+             "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below "
+             "might be incorrect.",
+             "For debugging consider passing CUDA_LAUNCH_BLOCKING=1",
+             "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.", ""]
+    p = plan_for(lines)
+    assert p is None or not p.words
+
+
+def test_a_hard_wrapped_exception_message_is_still_joined_without_a_space(tmp_path):
+    """A terminal's hard wrap cuts at one exact width, mid-word: its pieces are joined as they are."""
+    lines = [_BIND[i:i + 80] for i in range(0, len(_BIND), 80)]
+    d, out = _file_verdict(tmp_path, "\n".join(lines) + "\n")
+    assert d.root_cause is not None and d.root_cause.id == "port_conflict", out

@@ -81,6 +81,57 @@ def _rejoin(rows: list[list], width: int) -> list[list]:
     return out
 
 
+# A Python exception line ("RuntimeError: ...", "torch.distributed.DistNetworkError: ..."): Python prints its message on
+# one line; where the lines after it are pieces of that message, a person (or a viewer) wrapped it at the words.
+_EXC_HEAD = _Rx(r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt): \S")
+#: How far short of the width a word-wrapped line may end (the next word, up to this long, did not fit).
+_WORD_SLACK = 16
+
+
+def _word_cut(prev: str, nxt: str, width: int) -> int | None:
+    """Where the rest of ``prev`` starts in ``nxt`` when a word wrap at ``width`` broke the line there: ``nxt``
+    continues it, and its first word would not have fitted behind ``prev`` (a line ending a sentence is no cut)."""
+    if len(prev) < width - _WORD_SLACK or prev.endswith((" ", ".", "!", "?")):
+        return None
+    cut = _continuation(prev, nxt)
+    if cut is None:
+        return None
+    return cut if len(prev) + 1 + len(nxt[cut:].split(" ", 1)[0]) > width else None
+
+
+def _word_wrap_width(lines: list[str]) -> int:
+    """The width an exception's message was word-wrapped at: an exception line and at least two pieces after it, each
+    broken where the next word would not have fitted in the widest line (60 .. 200 columns), one of them short of
+    that width (a hard wrap cuts every piece at the width exactly, mid-word: ``_wrap_width``'s); 0 if none."""
+    lines = [s[:-1] if s[-1:] == "\r" else s for s in lines]
+    width = max(map(len, lines), default=0)
+    if not 60 <= width <= 200:
+        return 0
+    for i in range(len(lines) - 2):
+        if _EXC_HEAD.match(lines[i]) and _word_cut(lines[i], lines[i + 1], width) is not None \
+                and _word_cut(lines[i + 1], lines[i + 2], width) is not None \
+                and min(len(lines[i]), len(lines[i + 1])) < width:
+            return width
+    return 0
+
+
+def _rejoin_words(rows: list[list], width: int) -> list[list]:
+    """Join the pieces of word-wrapped exception messages (a space where the wrap took one)."""
+    out: list[list] = []
+    last: str | None = None  # the physical line the joined row ends with, inside a message being joined
+    for r in rows:
+        text = r[1][:-1] if r[1][-1:] == "\r" else r[1]
+        if last is not None and out:
+            cut = _word_cut(last, text, width)
+            if cut is not None:
+                out[-1][1] += " " + text[cut:]  # the evidence still quotes the first line as it is in the file
+                last = text
+                continue
+        out.append(r)
+        last = text if _EXC_HEAD.match(text) else None
+    return out
+
+
 def _unglue(text: str, hosts: frozenset[str] = frozenset()) -> list[str] | None:
     """Split a line that holds a second record: ``[rank1]:[rank0]: Traceback``, ``...[rank2]: Traceback`` or
     ``...Channel 00host2:9:9 [1] NCCL WARN ...`` (another process's NCCL line written into an unfinished one).

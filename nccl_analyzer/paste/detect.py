@@ -6,7 +6,7 @@ import itertools
 from operator import itemgetter
 from typing import Iterable, Iterator
 
-from .boundary import _unglue, _wrap_width
+from .boundary import _unglue, _word_wrap_width, _wrap_width
 from .order import _reversed_text
 from .plan import Plan, _printable
 from .rx import _AUTOLINK, _ELISION, _FENCE, _GUTTER, _Rx
@@ -95,9 +95,15 @@ def plan_for(lines: list[str]) -> Plan | None:
         plan.glued = plan.glued or any(_unglue(s, plan.hosts) for s in lines if s.count(" NCCL ") > 1)
     # a hard wrap shows on every screenful: the first lines tell (max/len over a whole sample cost as much as
     # the rest of this function)
-    plan.width = _wrap_width(_content(lines[:_WRAP_LINES], plan) if decorated else lines[:_WRAP_LINES])
-    plan.wrap = plan.width > 0
-    if not (decorated or plan.elisions or plan.glued or plan.wrap or _reversed_text(near, lines)):
+    head = _content(lines[:_WRAP_LINES], plan) if decorated else lines[:_WRAP_LINES]
+    # an exception's message a person wrapped at the words first: its one line that happens to end at the width
+    # would pass for a hard wrap, which joins the pieces without the space the wrap took
+    plan.width = _word_wrap_width(head)
+    plan.words = plan.width > 0
+    if not plan.words:
+        plan.width = _wrap_width(head)
+    plan.wrap = not plan.words and plan.width > 0
+    if not (decorated or plan.elisions or plan.glued or plan.wrap or plan.words or _reversed_text(near, lines)):
         return None
     return plan
 

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
-from .boundary import _rejoin, _unglue
+from .boundary import _rejoin, _rejoin_words, _unglue
 from .order import _reversed
 from .rx import _AUTOLINK, _ELISION, _FENCE, _FLUSH_HEADS, _GUTTER, _LAUNCH, _LEAD_TAGS, _QUOTE, _SUMMARY, _TRAIL_TAGS
 
@@ -17,7 +17,8 @@ from .rx import _AUTOLINK, _ELISION, _FENCE, _FLUSH_HEADS, _GUTTER, _LAUNCH, _LE
 WINDOW_LINES = 200_000
 
 
-_FLAGS = ("html", "fences", "tags", "quotes", "gutter", "indent", "elisions", "links", "glued", "wrap", "stray")
+_FLAGS = ("html", "fences", "tags", "quotes", "gutter", "indent", "elisions", "links", "glued", "wrap", "stray",
+          "words")
 
 
 @dataclass(slots=True)
@@ -35,7 +36,8 @@ class Plan:
     glued: bool = False
     wrap: bool = False
     stray: bool = False
-    width: int = 0  # the width a hard wrap cut lines at
+    words: bool = False  # an exception's message word-wrapped (at ``width``): its pieces are joined with a space
+    width: int = 0  # the width a hard wrap cut lines at (or the word wrap broke them at)
     hosts: frozenset[str] = frozenset()  # NCCL host names seen at line starts (where a glued head begins)
     count: int = 0  # lines read so far (sources.iter_source reports it as the source's line count)
 
@@ -66,6 +68,8 @@ class Plan:
             rows.reverse()
         if self.wrap:
             rows = _rejoin(rows, self.width)
+        elif self.words:
+            rows = _rejoin_words(rows, self.width)
         for lineno, text, raw, truncated, _ in rows:
             if self.glued and len(text) > 8:
                 parts = _unglue(text, self.hosts)
