@@ -32,7 +32,7 @@ _PATTERN = {"d": _NUM, "i": _NUM, "u": _NUM, "o": r"\s*\d+", "x": r"\s*(?:0x)?[0
             "p": r"(?:0x[0-9a-fA-F]+|\(nil\)|0)", "c": r".", "n": ""}
 _PATTERN.update(f=_PATTERN["e"], E=_PATTERN["e"], g=_PATTERN["e"], G=_PATTERN["e"])
 _ANY = ".*?"
-#: The key a format and a line are looked up by: the first word (after one opening bracket).
+#: A format (and a line) must begin with a word (after one opening bracket): its letters.
 _KEY = re.compile(r"\[?([A-Za-z]+)")
 
 
@@ -57,19 +57,45 @@ def format_regex(fmt: str) -> re.Pattern[str]:
     return re.compile("".join(out).rstrip() + r"\s*[.!]?", re.S)
 
 
+_Formats = tuple[tuple[str, str, tuple[str, ...]], ...]
+#: Where a format's own leading text ends (its first conversion, or a run of spaces the pattern lets vary).
+_LEAD_END = re.compile(r"%|\{name\}|\s{2,}")
+
+
+def _lead(fmt: str) -> str:
+    """The literal text a message of ``fmt`` starts with (a cheap ``startswith`` before the pattern)."""
+    return _LEAD_END.split(fmt, 1)[0].rstrip()
+
+
+#: At most this many leading words make a format's key (longer leads are cut to it).
+_KEY_WORDS = 6
+
+
 @lru_cache(maxsize=1)
-def _index() -> dict[str, tuple[tuple[str, tuple[str, ...]], ...]]:
-    """First word -> the formats (and their files) that begin with it."""
+def _index() -> tuple[dict[str, _Formats], dict[str, _Formats], frozenset[str]]:
+    """The formats (with their leading text and files) by the whole words their leading text begins with (at most
+    ``_KEY_WORDS``; a word the first conversion runs into, "status=%d", is left out); the few whose first word already
+    runs into a conversion ("nvml%s() failed: %s") by that word's first two letters (tried by prefix)."""
     try:
         rows = json.loads((messages_dir() / FORMATS_FILE).read_text(encoding="utf-8"))["formats"]
     except (OSError, ValueError, KeyError):
-        return {}
-    index: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
+        return {}, {}, frozenset()
+    index: dict[str, list[tuple[str, str, tuple[str, ...]]]] = {}
+    prefixed: dict[str, list[tuple[str, str, tuple[str, ...]]]] = {}
     for fmt, files in rows:
         m = _KEY.match(fmt)
-        if m:
-            index.setdefault(m[1], []).append((fmt, tuple(files)))
-    return {k: tuple(v) for k, v in index.items()}
+        if m is None:
+            continue
+        lead = _lead(fmt)
+        words = lead.split()
+        if len(lead) < len(fmt) and not fmt[len(lead)].isspace():
+            words = words[:-1]  # the last word runs into the conversion: not whole
+        if not words:
+            prefixed.setdefault(m[1][:2], []).append((m[1], fmt, tuple(files)))
+        else:
+            index.setdefault(" ".join(words[:_KEY_WORDS]), []).append((lead, fmt, tuple(files)))
+    first = frozenset(k.split(" ", 1)[0] for k in index)  # a line whose first word is none of these is no WARN
+    return {k: tuple(v) for k, v in index.items()}, {k: tuple(v) for k, v in prefixed.items()}, first
 
 
 @lru_cache(maxsize=4096)
@@ -85,8 +111,14 @@ def match_bare_warn(text: str) -> tuple[str, tuple[str, ...]] | None:
     m = _KEY.match(body)
     if m is None:
         return None
-    for fmt, files in _index().get(m[1], ()):
-        if _compiled(fmt).fullmatch(body):
+    index, prefixed, first = _index()
+    words = body.split(None, _KEY_WORDS)[:_KEY_WORDS]
+    for k in range(len(words) if words[0] in first else 0, 0, -1):  # at most six dict lookups
+        for lead, fmt, files in index.get(" ".join(words[:k]), ()):
+            if body.startswith(lead) and _compiled(fmt).fullmatch(body):
+                return fmt, files
+    for key, fmt, files in prefixed.get(m[1][:2], ()):
+        if m[1].startswith(key) and _compiled(fmt).fullmatch(body):
             return fmt, files
     return None
 
@@ -104,8 +136,10 @@ class BareWarnParser:
         msg = line.text.strip()
         kind, rank, cached = parse_body("WARN", msg)
         fields = dict(cached)
-        if len({f.rsplit(".", 1)[0] for f in files}) == 1:
-            # every release printed it from one file (net_ib.cu, renamed net_ib.cc, is one): the catalogue's file
+        families = {_file_family(f) for f in files}
+        if len({f.rsplit(".", 1)[0] for f in files}) == 1 or (len(families) == 1 and None not in families):
+            # every release printed it from one file (net_ib.cu, renamed net_ib.cc, is one), or from files of one
+            # subsystem (net_ib.cc, split into net_ib/init.cc in 2.28): the catalogue's (first) file
             fields["file"] = files[0]
             fields["file_from"] = "catalogue"
             if kind == "nccl.warn.other":
