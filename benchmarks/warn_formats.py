@@ -34,7 +34,7 @@ def build() -> dict:
                 continue
             fmt = row["fmt"].split("\n", 1)[0].strip()
             letters = sum(c.isalpha() for c in _CONV.sub("", fmt.replace("%%", "")))
-            if letters < MIN_LETTERS or not re.match(r"\[?[A-Za-z]{2}", fmt):
+            if letters < MIN_LETTERS or not re.match(r"\[?[A-Za-z]", fmt):
                 continue
             formats.setdefault(fmt, set()).update(f.removeprefix("src/") for f in row["files"])
     return {
