@@ -7,6 +7,7 @@ from typing import Iterator
 
 from .model import Event, Line
 from .packed import HOLD_PACK, PackedEvent, pack, unpack
+from .parse.bare_warn import BareWarnParser
 from .parse.crash import CrashParser
 from .parse.errtext import ErrorTextParser
 from .parse.nccl import NcclParser
@@ -36,7 +37,7 @@ class EventStream:
             events (see ``NcclParser``).
     """
 
-    __slots__ = ("_nccl", "_torch", "_crash", "_errtext", "_tests", "keep_text", "counts", "_held", "_seq", "text_tail",
+    __slots__ = ("_nccl", "_torch", "_crash", "_errtext", "_bare", "_tests", "keep_text", "counts", "_held", "_seq", "text_tail",
                  "_ctx", "ctx_tail")
 
     def __init__(self, keep_text: bool = False, compact: bool = False):
@@ -44,6 +45,7 @@ class EventStream:
         self._torch = TorchParser()
         self._crash = CrashParser()
         self._errtext = ErrorTextParser()  # error lines no grammar owns (launchers, MPI, bindings): messages/text.toml
+        self._bare = BareWarnParser()  # an NCCL WARN message pasted without its prefix: messages/nccl_warn_formats.json
         self._tests = NcclTestsParser()  # nccl-tests' device list, result table and summary
         # line numbers of the last non-blank lines no parser took (the program's own output: progress)
         self.text_tail: deque[int] = deque(maxlen=TEXT_TAIL)
@@ -80,7 +82,9 @@ class EventStream:
             if events is None:
                 events = self._crash.feed(line)
                 if events is None:
-                    events = self._errtext.feed(line)
+                    events = self._bare.feed(line)
+                    if events is None:
+                        events = self._errtext.feed(line)
                     if events is None:
                         events = self._tests.feed(line)
                         if events and events[0].kind in _TESTS_OUTPUT:

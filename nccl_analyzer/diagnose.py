@@ -68,7 +68,21 @@ def _first_failed(builder: "JobBuilder") -> set[int]:
         code = e.get("exitcode")
         if e.get("first_observed") and code is not None and (int(code) > 0 or int(code) == -6):
             return {r}
-    return set()
+    # No failure report (a console-only log, a paste that lost it): the agent's own "failed (exitcode: 1) local_rank:
+    # 1" lines. One worker that ended by itself is the culprit, where its global rank is known (on one node, its local
+    # rank: the report then says what the rank rests on); several, or a rank that cannot be told, name none.
+    own: set[int] = set()
+    for ev in getattr(builder, "agent_failed", ()):
+        try:
+            code = int(ev.fields.get("exitcode"))
+        except (TypeError, ValueError):
+            continue
+        if code > 0 or code == -6:
+            r = builder.rank_of(ev)
+            if r is None:
+                return set()
+            own.add(r)
+    return own if len(own) == 1 else set()
 
 
 def pick_root(hits: list[Hit], builder: "JobBuilder") -> tuple[Hit | None, list[Hit]]:

@@ -173,6 +173,8 @@ class JobBuilder:
         # connection lines (NCCL < 2.18.3 logs no Init START to map a stuck process's pid to its rank)
         self.rank_stages: dict[int, tuple[Any, Event, str | None]] = {}
         self.proc_stages: list[tuple[int, tuple[Any, Event, str | None]]] = []  # (rank, entry) per NCCL process
+        self.agent_failed: list[Event] = []  # torchrun agents' "failed (exitcode: N) local_rank: K" lines
+        self.unranked_stages: list[tuple[tuple, tuple[Any, Event, str | None]]] = []  # NCCL processes of no known rank
         self.world_inferred = False  # world_size is only "highest rank seen + 1" (no line states it)
         self.torch_stages: dict[int, tuple[Any, Event, str | None]] = {}  # rank -> entry from torch's work records
         self.text_tail: dict[str, list[int]] | None = None  # path -> last lines of the program's own output
@@ -265,6 +267,8 @@ class JobBuilder:
             self._elastic_pids.add(ev.pid)
             if k == "torch.elastic.sigterm":
                 self.sigterm_pids.add(ev.pid)
+        if k == "torch.elastic.worker_failed" and len(self.agent_failed) < 64:
+            self.agent_failed.append(ev)  # torchrun's "failed (exitcode: N) local_rank: K" (diagnose's culprit fallback)
         self.agents.add(ev)
         if k.startswith(ERROR_KINDS_PREFIX):
             self._first_error(ev)

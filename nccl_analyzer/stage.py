@@ -57,6 +57,13 @@ INFO_STAGE: tuple[tuple[str, Stage, str | None], ...] = (
     ("NVLS Creating Multicast group", Stage.CONNECT, "NVLS"),
     ("NVLS Created Multicast group", Stage.CONNECT, "NVLS"),
     ("NVLS comm ", Stage.CONNECT, "NVLS"),
+    # the multicast buffers being allocated, bound and mapped (nvls.cc nvlsGroupBindMem / nvlsGroupMapMem, 2.17+):
+    # a hang in cuMulticastBindMem (fabric manager, multicast objects in a container) stops right after these
+    ("NVLS group ", Stage.CONNECT, "NVLS"),
+    ("NVLS importing shareableHandle", Stage.CONNECT, "NVLS"),
+    ("NVLS Bind mem ", Stage.CONNECT, "NVLS"),
+    ("NVLS Mapped ", Stage.CONNECT, "NVLS"),
+    ("NVLS rank ", Stage.CONNECT, "NVLS"),
     ("Connected NVLS", Stage.CONNECTED, "NVLS"),
     ("Connected binomial trees", Stage.CONNECTED, None),
     ("Connected collnet", Stage.CONNECTED, "COLLNET"),
@@ -242,6 +249,7 @@ class StageTracker:
         """Write each rank's furthest stage into its ``RankInfo`` (processes mapped to ranks by their pid); keep every
         process's own entry in ``builder.proc_stages`` (the hang predicates pick the job's processes from them)."""
         procs: list[tuple[int, list[Any]]] = []
+        unranked: list[tuple[Any, list[Any]]] = []
         torch_seen: dict[int, list[Any]] = {}
         for key, cur in self._procs.items():
             if key[0] == "rank":
@@ -255,7 +263,10 @@ class StageTracker:
             r = hit[0] if hit is not None else cur[3]
             if r is not None:
                 procs.append((r, cur))
+            elif len(unranked) < 64:
+                unranked.append((key, cur))  # a paste of a process's lines that name no rank (hang-nvls-log-ends)
         builder.proc_stages = [(r, _entry(cur)) for r, cur in procs]
+        builder.unranked_stages = [(key, _entry(cur)) for key, cur in unranked]
         builder.torch_stages = {r: _entry(cur) for r, cur in torch_seen.items()}
         builder.rank_stages = collapse(builder.proc_stages, builder.torch_stages)
         for r, (st, ev, transport) in builder.rank_stages.items():

@@ -117,6 +117,13 @@ def stuck_stage(ctx: PredContext, **args: Any) -> PredResult | None:
     """
     b = ctx.builder
     stages = _job_stages(ctx)
+    procs: dict[int, str] = {}
+    if not stages and args.get("unranked") and not b.rank_stages:
+        # no line names any rank (a paste of one process's NCCL lines): the processes themselves, named by host:pid
+        stages = {}  # (a new dict: _job_stages may hand back the builder's own)
+        for i, (key, entry) in enumerate(getattr(b, "unranked_stages", ())):
+            stages[i] = entry
+            procs[i] = f"process {key[0]}:{key[1]}" + (f" (GPU {key[2]})" if len(key) == 3 else "")
     if not stages:
         return None
     if _own_exit(b, ctx.events) and not any(e.kind.startswith(TIMEOUT_KINDS) for e in ctx.events):
@@ -167,4 +174,8 @@ def stuck_stage(ctx: PredContext, **args: Any) -> PredResult | None:
     if ahead and lo < Stage.INIT_COMPLETE:
         bound["done_who"] = _who(ahead)
     evidence = [stages[r][1] for r in behind[:4]]
+    if procs:
+        bound["stuck"] = bound["stuck_who"] = ", ".join(procs[r] for r in behind[:4]) + (" ..." if len(behind) > 4 else "")
+        bound.pop("done_who", None)
+        return PredResult(bound=bound, ranks=(), evidence=evidence)
     return PredResult(bound=bound, ranks=behind, evidence=evidence)
