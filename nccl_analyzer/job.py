@@ -6,8 +6,8 @@ from typing import Any
 from .agents import ElasticAgents
 from .job_nccl import NcclHandlers
 from .job_torch import TorchHandlers
-from .job_values import (_PID_CAP, _TIMELINE_KEYS, _TIMELINE_KINDS, COLLECTIVE_FUNCS, ERROR_KINDS_PREFIX,  # noqa: F401
-                         MAX_WORLD, TIMELINE_CAP, _error_evidence, _shared, _shared_time, time_key,
+from .job_values import (_PID_CAP, _TIMELINE_KINDS, COLLECTIVE_FUNCS, ERROR_KINDS_PREFIX,  # noqa: F401
+                         MAX_WORLD, TIMELINE_CAP, RecordTable, Timelines, _error_evidence, one_or_more, _shared, _shared_time, time_key,
                          traceback_collective, version_number)
 from .model import Event, JobModel, RankInfo
 from .stage import KIND_PREFIX_STAGE, KIND_STAGE, StageTracker
@@ -48,20 +48,23 @@ class JobBuilder(NcclHandlers, TorchHandlers):
         # (host, pid) -> (commId, rank, busId) of each Init line it logged (to re-map a subgroup's Init logged first)
         self._proc_inits: dict[tuple[str | None, int], list[tuple[str, int, str | None]]] = {}
         self.init: dict[str, dict[int, str]] = {}  # comm_id -> rank -> started|complete
-        self.busids: dict[tuple[str, str], set[int]] = {}  # (host, busId) -> global ranks (per comm -> see comms)
-        self.busid_pids: dict[tuple[str, str, str], set[int]] = {}  # (host, busId, comm) -> pids on that GPU
-        self.busid_events: dict[tuple[str, str, str], list[Event]] = {}  # first Init START lines per GPU (evidence)
+        # (host, busId) -> global ranks on that GPU (``one_or_more_add``: a rank, or a set of them; ``busids``)
+        self._bus_ranks: dict[tuple[str, str], Any] = {}
+        # (host, busId, comm) -> the first Init START line of each process on that GPU in that communicator: the
+        # event, or a list of them (``busid_pids``, ``busid_events``)
+        self._gpu_inits: dict[tuple[str, str, str], Any] = {}
         self.versions_by_proc: dict[str, set[str]] = {}  # version -> {"host:pid" or "rank N"}
         self.version_events: dict[str, Event] = {}  # first line that showed each version (evidence)
         self.env_events: dict[str, list[Event]] = {}
-        self.collectives: dict[int, dict[str, Any]] = {}  # rank -> last collective seen
+        self.collectives: RecordTable = RecordTable()  # rank -> last collective seen (a dict)
         self.tb_collectives: dict[int, str] = {}  # rank -> collective function its traceback stopped in
-        self.exits: dict[int, dict[str, Any]] = {}  # rank -> ChildFailedError entry
+        self.exits: RecordTable = RecordTable()  # rank -> ChildFailedError entry (a dict)
         self.error_ranks: dict[int, tuple[float | None, int]] = {}  # rank -> first error (time, seq)
         self.env: dict[str, str] = {}
         self.hosts: set[str] = set()
         self.ifaces: dict[str, set[str]] = {}  # host -> interfaces NCCL reported using/seeing
         self.lagging: set[int] = set()
+        self.timelines = Timelines()  # each rank's timeline until ``build`` (``RankInfo.timeline``)
         self.stages = StageTracker()
         # rank -> (stage, the line that shows it, transport), filled by build(); also ranks known only from their own
         # connection lines (NCCL < 2.18.3 logs no Init START to map a stuck process's pid to its rank)
@@ -72,6 +75,21 @@ class JobBuilder(NcclHandlers, TorchHandlers):
         self.text_tail: dict[str, list[int]] | None = None  # path -> last lines of the program's own output
         # path -> pid of the NCCL process printing just before them (None: none / a torch line) -> those lines
         self.text_ctx: dict[str, dict[int | None, list[int]]] | None = None
+
+    @property
+    def busids(self) -> dict[tuple[str, str], set[int]]:
+        """(host, busId) -> the global ranks that initialised NCCL on that GPU (per communicator: ``busid_pids``)."""
+        return {k: one_or_more(v) for k, v in self._bus_ranks.items()}
+
+    @property
+    def busid_pids(self) -> dict[tuple[str, str, str], set[int]]:
+        """(host, busId, commId) -> the pids of the processes that initialised that communicator on that GPU."""
+        return {k: {e.pid for e in (v if v.__class__ is list else (v,))} for k, v in self._gpu_inits.items()}
+
+    @property
+    def busid_events(self) -> dict[tuple[str, str, str], list[Event]]:
+        """(host, busId, commId) -> the first Init START line of each of those processes (evidence)."""
+        return {k: list(v) if v.__class__ is list else [v] for k, v in self._gpu_inits.items()}
 
     # -- identity ------------------------------------------------------------------------------------------
     def rank_of(self, ev: Event) -> int | None:
@@ -165,17 +183,14 @@ class JobBuilder(NcclHandlers, TorchHandlers):
         self.stages.add(ev, self)
 
     def _timeline(self, ev: Event, what: str | None = None) -> None:
-        # held as a tuple with the label shared (``_shared``) until ``build`` makes it the entry dict: a tuple is a
-        # third of a dict's size, and every rank's "transport P2P/IPC" is the same text
-        entry = (ev.kind, ev.path, ev.line, _shared_time(ev.time), _shared(what or ev.kind))
+        # held in ``Timelines`` (the label shared: every rank's "transport P2P/IPC" is the same text) until ``build``
+        # makes the entry dicts
+        time, label = _shared_time(ev.time), _shared(what or ev.kind)
         r = self.rank_of(ev)
         if r is None:
             return  # every caller has a rank (an Init line's pid has just been mapped to its rank)
-        tl = self._rank(r).timeline
-        if len(tl) < TIMELINE_CAP:
-            tl.append(entry)
-        else:
-            tl[-1] = entry  # keep the latest event visible at the end
+        self._rank(r)
+        self.timelines.put(r, ev.kind, ev.path, ev.line, time, label, True)
 
     def _first_error(self, ev: Event) -> None:
         if ev.kind == "python.traceback" and "ChildFailedError" in str(ev.get("exc_type", "")):
@@ -225,11 +240,10 @@ class JobBuilder(NcclHandlers, TorchHandlers):
             info = self._rank(r)
             info.last_collective = {k: v for k, v in coll.items() if k not in ("line", "path")}
         self.stages.apply(self)
-        for info in job.ranks.values():
-            tl = info.timeline
-            for i, e in enumerate(tl):
-                if e.__class__ is tuple:
-                    tl[i] = dict(zip(_TIMELINE_KEYS, e))
+        for r, info in job.ranks.items():
+            tl = self.timelines.dicts(r)
+            if tl is not None:
+                info.timeline = tl
         job.extra["hosts"] = sorted(self.hosts)
         job.extra["interfaces"] = {h: sorted(v) for h, v in sorted(self.ifaces.items())}
         job.extra["init"] = {c: {"nranks": job.communicators.get(c, {}).get("nranks"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from .job_values import (_BANNER_VERSION, _COMM_CAP, _PID_CAP, _TRANSPORT_BASE, MAX_WORLD, TIMELINE_CAP, _shared,
-                         _shared_value)
+                         _shared_value, one_or_more_add)
 from .model import Event
 from .packed import pack
 
@@ -36,7 +36,7 @@ class NcclHandlers:
                 self._pid_version[key] = _shared(v)
             r = self.rank_of(ev)
             if r is not None:
-                self._rank(r).nccl_version = v
+                self._rank(r).nccl_version = _shared(v)  # (one string for every rank of a version)
 
     def _on_driver(self, ev: Event) -> None:
         v = ev.get("driver_version")
@@ -83,10 +83,12 @@ class NcclHandlers:
             self.job.communicators[comm] = {"nranks": nranks, "ranks": {}, "complete": 0}
         c = self.job.communicators.get(comm)
         if ev.pid is not None and len(self._proc_inits) < _PID_CAP:
-            inits = self._proc_inits.setdefault((ev.host, ev.pid), [])
+            inits = self._proc_inits.setdefault(key, [])  # (the key object of ``_pid_rank``, not another tuple)
             if len(inits) < 64:
                 bus_of = ev.get("bus_id", ev.get("busId"))
-                inits.append((comm, rank, None if bus_of is None else str(bus_of)))
+                got = (_shared_value(comm), rank, None if bus_of is None else _shared_value(str(bus_of)))
+                # Init START and Init COMPLETE of one communicator give the same tuple: one object for both
+                inits.append(inits[-1] if inits and inits[-1] == got else got)
         if c is not None and ev.pid is not None:
             pids = self._comm_pids.setdefault(comm, set())
             if len(pids) < 1024:
@@ -109,20 +111,25 @@ class NcclHandlers:
             info.cuda_dev = int(cuda_dev)
         bus = ev.get("bus_id")
         if bus is not None:
-            bus = str(bus)
+            bus = _shared_value(str(bus))  # (bus ids repeat on every host: one string each)
             if info.bus_id is None:
                 info.bus_id = bus
             if ev.host is not None or ev.pid is not None:
                 host = ev.host or "?"
-                self.busids.setdefault((host, bus), set()).add(grank)
-                bk = (host, bus, comm)  # (one key object for both tables)
-                if ev.pid is not None and len(self.busid_pids) < _COMM_CAP:
+                one_or_more_add(self._bus_ranks, (host, bus), grank)
+                if ev.pid is not None and len(self._gpu_inits) < _COMM_CAP:
                     # Per communicator: two processes of ONE comm on one GPU. Separate jobs that reuse a GPU one
-                    # after the other (concatenated NCCL_DEBUG_FILEs) have different commIds.
-                    pids = self.busid_pids.setdefault(bk, set())
-                    if ev.pid not in pids and len(pids) < 64:
-                        pids.add(ev.pid)
-                        self.busid_events.setdefault(bk, []).append(pack(ev))  # (evidence only)
+                    # after the other (concatenated NCCL_DEBUG_FILEs) have different commIds. The first Init
+                    # START line of each process there (evidence only): the event itself while it is the only one.
+                    bk = (host, bus, comm)
+                    got = self._gpu_inits.get(bk)
+                    if got is None:
+                        self._gpu_inits[bk] = pack(ev)
+                    else:
+                        evs = got if got.__class__ is list else [got]
+                        if len(evs) < 64 and all(e.pid != ev.pid for e in evs):
+                            evs.append(pack(ev))
+                            self._gpu_inits[bk] = evs
         version = self._proc_version(ev)
         if version and not info.nccl_version:
             info.nccl_version = version
@@ -194,8 +201,8 @@ class NcclHandlers:
         r = self.rank_of(ev)
         if r is not None and r not in self._transport_seen:
             self._transport_seen.add(r)
-            info = self._rank(r)
-            if len(info.timeline) < TIMELINE_CAP:
+            self._rank(r)
+            if self.timelines.count(r) < TIMELINE_CAP:
                 self._timeline(ev, "transport " + base)
 
     def _on_coll(self, ev: Event) -> None:
@@ -225,10 +232,14 @@ class NcclHandlers:
             c = self.job.communicators.get(comm)
             if c is not None and c["ranks"].get(r) == old:
                 c["ranks"][r] = new
-            ranks = self.busids.get((host or "?", bus)) if bus is not None else None
-            if ranks is not None and old in ranks and bus not in owner_buses:
-                ranks.discard(old)
-                ranks.add(new)
+            got = self._bus_ranks.get((host or "?", bus)) if bus is not None else None
+            if got is not None and bus not in owner_buses:
+                if got.__class__ is set:
+                    if old in got:
+                        got.discard(old)
+                        got.add(new)
+                elif got == old:
+                    self._bus_ranks[(host or "?", bus)] = new
         info = self.job.ranks.get(old)
         if info is None or info.pid != pid or info.host != host:
             return
@@ -236,9 +247,7 @@ class NcclHandlers:
             info.pid = info.host = info.cuda_dev = info.bus_id = None  # rank ``old`` is another process's
             return
         del self.job.ranks[old]
-        moved = self._rank(new)
-        for entry in info.timeline:
-            if len(moved.timeline) < TIMELINE_CAP:
-                moved.timeline.append(entry)
+        self._rank(new)
+        self.timelines.move(old, new)
 
     # -- result --------------------------------------------------------------------------------------------

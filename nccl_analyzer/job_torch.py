@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .job_values import _PID_CAP, TIMELINE_CAP, _shared, _shared_time, _shared_value, traceback_collective
+from .job_values import _PID_CAP, _shared, _shared_time, _shared_value, traceback_collective
 from .model import Event
 
 
@@ -90,8 +90,7 @@ class TorchHandlers:
         if ev.get("root_cause") is not None:
             entry["first_observed"] = bool(ev.get("root_cause"))
         entry["line"] = ev.line
-        entry["path"] = ev.path
-        entry["text"] = ev.text
+        entry["path"] = ev.path  # (not the text: nothing reads it, and 10 keys fit a dict half the size of 11)
         self.exits[rank] = entry
         info = self._rank(rank)
         if entry.get("exitcode") is not None:
@@ -112,11 +111,9 @@ class TorchHandlers:
             if len(self._elastic_rank) < _PID_CAP:
                 self._elastic_rank[int(entry["pid"])] = rank
                 self._elastic_top = max(self._elastic_top, rank)
-        tl = info.timeline
-        if len(tl) < TIMELINE_CAP:
-            t = ev.get("time")
-            tl.append((ev.kind, ev.path, ev.line, _shared_time(t) if t.__class__ is str else t,
-                       _shared(f"exit {entry.get('exitcode')}")))
+        t = ev.get("time")
+        self.timelines.put(rank, ev.kind, ev.path, ev.line, _shared_time(t) if t.__class__ is str else t,
+                           _shared(f"exit {entry.get('exitcode')}"), False)
 
     def _on_torch_log(self, ev: Event) -> None:
         msg = str(ev.get("msg", ""))

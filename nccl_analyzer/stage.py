@@ -156,6 +156,18 @@ def own_rank(ev: Event) -> int | None:
 
 #: Stage-moving events between two sweeps of ``StageTracker`` (a power of two).
 SWEEP = 256
+#: The transports processes connected with, one frozenset object per distinct set (every process of a node uses the
+#: same ones: one 216-byte set per process otherwise); bounded: past this many a new set is kept as it is.
+_TRANSPORT_SETS: dict[frozenset, frozenset] = {}
+
+
+def _transports(got: frozenset) -> frozenset:
+    have = _TRANSPORT_SETS.get(got)
+    if have is None:
+        if len(_TRANSPORT_SETS) < 4096:
+            _TRANSPORT_SETS[got] = got
+        return got
+    return have
 
 
 class StageTracker:
@@ -165,7 +177,7 @@ class StageTracker:
 
     def __init__(self) -> None:
         # key -> [stage, event, transport of the last connection, own rank (from the process's own lines, for unmapped
-        # pids), every transport it connected with (None: none yet), the sweep in which the event was set]
+        # pids), every transport it connected with (a shared frozenset; None: none yet), the sweep in which the event was set]
         self._procs: dict[Any, list[Any]] = {}
         self._adds = 0
         self._gen = 0
@@ -208,9 +220,9 @@ class StageTracker:
         if transport:
             seen = cur[4]
             if seen is None:
-                cur[4] = {transport}
-            elif len(seen) < 16:
-                seen.add(transport)
+                cur[4] = _transports(frozenset((transport,)))
+            elif transport not in seen and len(seen) < 16:
+                cur[4] = _transports(seen | {transport})
         if cur[1] is ev:
             return
         old_st, old_ev = cur[0], cur[1]
