@@ -173,7 +173,7 @@ def _transports(got: frozenset) -> frozenset:
 class StageTracker:
     """Feeds on every event; keeps, per process (host, pid) or per rank, the last stage reached and its line."""
 
-    __slots__ = ("_procs", "_adds", "_gen", "_now", "_prev")
+    __slots__ = ("_procs", "_adds", "_gen", "_now", "_prev", "_last")
 
     def __init__(self) -> None:
         # key -> [stage, event, transport of the last connection, own rank (from the process's own lines, for unmapped
@@ -183,6 +183,7 @@ class StageTracker:
         self._gen = 0
         self._now: list[list[Any]] = []  # the entries whose event was set in this sweep's period / in the last one
         self._prev: list[list[Any]] = []
+        self._last: list[Any] | None = None  # the entry ``add`` set last (``repoint``)
 
     def add(self, ev: Event, builder: "JobBuilder") -> None:
         got = stage_of(ev)
@@ -213,6 +214,7 @@ class StageTracker:
             if len(self._procs) < 65536:
                 self._procs[key] = cur = [st, ev, transport, None, None, self._gen]
                 self._now.append(cur)
+                self._last = cur
             else:
                 return
         if cur[3] is None:
@@ -232,11 +234,21 @@ class StageTracker:
             cur[0], cur[1], cur[2], cur[5] = Stage.BOOTSTRAP, ev, None, self._gen  # a new communicator's init
             cur[4] = None
             self._now.append(cur)
+            self._last = cur
         elif st >= old_st or (st in _ALTERNATE and old_st in _ALTERNATE):
             cur[0], cur[1], cur[5] = st, ev, self._gen
             self._now.append(cur)
+            self._last = cur
             if st is Stage.CONNECT:
                 cur[2] = transport or cur[2]
+
+    def repoint(self, ev: Event, held: Any) -> None:
+        """The rule engine keeps ``ev`` (the event ``add`` saw last) as ``held``, packed: the entry ``ev`` set holds that
+        object too (one packed copy, not a second one at the next sweep; at 1,000 ranks every rank's last torch work
+        record is both)."""
+        cur = self._last
+        if cur is not None and cur[1] is ev:
+            cur[1] = held
 
     def _sweep(self) -> None:
         """Pack (packed.py) the events set in the period before this one that no stage change replaced since: each

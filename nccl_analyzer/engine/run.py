@@ -37,6 +37,8 @@ class Matcher:
             for sl in st.slots:
                 self._slot_state[id(sl)] = st
         self.seq = 0
+        #: what the slots hold for the event ``add`` saw last (it, or it packed; None: no slot kept it)
+        self.held_last: Any = None
         self.dirty = False
 
     def _slots_for(self, kind: str) -> list[_Slot]:
@@ -57,6 +59,7 @@ class Matcher:
         self.seq += 1
         slots = self._slots_for(ev.kind)
         if not slots:
+            self.held_last = None
             return
         memo: dict[str, Any] = {}
         key = kid = None
@@ -83,11 +86,13 @@ class Matcher:
             if n < CAP_PER_KEY:
                 took.append((sl, st, caps))
         if not took:
+            self.held_last = None
             return
         held: Any = ev
         if all(sl.stored >= FULL_KEEP for sl, _, _ in took):
             # nccl_analyzer/packed.py: every slot holds the same object, whole or packed
             held = packed if packed is not None else pack(ev)
+        self.held_last = held
         for sl, st, caps in took:
             if st.dead:  # killed by an earlier slot of this same event
                 continue
