@@ -152,3 +152,29 @@ def test_a_slot_reads_its_matches_grouped_by_key_in_first_match_order(tmp_path):
     assert list(grouped) == list(sl.keys)
     assert [[it[1].line for it in v] for v in grouped.values()] == [[1, 4, 7], [2, 5, 8], [3, 6, 9]]
     assert [it[0] for it in sl.items] == sorted(it[0] for it in sl.items)
+
+
+def test_a_match_only_none_slots_keep_is_held_without_its_text(tmp_path):
+    """A ``none`` match is read for its group, rank and path only (engine/slot.py ``none_record``): held without its
+    text and fields, it cancels the same groups as the whole event did."""
+    for scope in ("job", "rank"):
+        rule = JOB_NONE.replace("[match]", f'[match]\ngroup_by = "rank"\nnone_scope = "{scope}"')
+        a = _feed([parse_rule(write(tmp_path, rule))],
+                  "a:1:1 [0] NCCL INFO comm 0x1 rank 0 nranks 2 cudaDev 0 busId 10 - Init START\n"
+                  "a:2:2 [1] NCCL INFO comm 0x2 rank 1 nranks 2 cudaDev 1 busId 20 - Init START\n"
+                  "a:2:2 [1] NCCL INFO all good, " + "x" * 300 + "\n"
+                  "a:1:1 [0] init.cc:1 NCCL WARN thing one\n"
+                  "a:2:2 [1] init.cc:1 NCCL WARN thing two\n")
+        none = next(sl for st in a.matcher._states for sl in st.slots if sl.part == "none")
+        kept = none.held[0]
+        assert (kept.kind, kept.line, kept.host, kept.pid, kept.text, kept.fields) == ("nccl.info", 3, "a", 2, "", {})
+        assert [h.ranks for h in a.hits()] == [(0,)], scope
+
+
+def test_a_match_an_all_slot_keeps_too_is_held_whole(tmp_path):
+    both = JOB_NONE.replace('[[match.none]]\nkind = "nccl.info"\nmsg = "~all good"',
+                            '[[match.none]]\nkind = "nccl.warn.*"\nmsg = "~never"')
+    a = _feed([parse_rule(write(tmp_path, both.replace("[match]", '[match]\ngroup_by = "rank"')))],
+              "a:1:1 [0] init.cc:1 NCCL WARN thing broke, never mind\n")
+    held = [sl.held[0] for st in a.matcher._states for sl in st.slots if sl.held]
+    assert len(held) == 2 and held[0] is held[1] and held[0].text.endswith("never mind")

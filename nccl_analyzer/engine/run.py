@@ -8,7 +8,7 @@ from ..packed import FULL_KEEP, pack
 from .fix import RENAMED_ENV, make_fix, render_template, render_title  # noqa: F401  (re-exported)
 from .hit import EVIDENCE_CAP, Hit, group_hit, key_line, quote  # noqa: F401  (re-exported)
 from .loader import Rule
-from .slot import _NO_CAPS, CAP_KEYS, CAP_PER_KEY, _RuleState, _Slot  # noqa: F401  (re-exported)
+from .slot import _NO_CAPS, CAP_KEYS, CAP_PER_KEY, _RuleState, _Slot, none_record  # noqa: F401  (re-exported)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..job import JobBuilder
@@ -89,10 +89,15 @@ class Matcher:
             self.held_last = None
             return
         held: Any = ev
-        if all(sl.stored >= FULL_KEEP for sl, _, _ in took):
-            # nccl_analyzer/packed.py: every slot holds the same object, whole or packed
-            held = packed if packed is not None else pack(ev)
-        self.held_last = held
+        if all(sl.part == "none" for sl, _, _ in took):
+            # only ``none`` slots keep it: evaluation reads its group, rank and path, never its text or fields
+            held = none_record(ev)
+            self.held_last = None
+        else:
+            if all(sl.stored >= FULL_KEEP for sl, _, _ in took):
+                # nccl_analyzer/packed.py: every slot holds the same object, whole or packed
+                held = packed if packed is not None else pack(ev)
+            self.held_last = held
         for sl, st, caps in took:
             if st.dead:  # killed by an earlier slot of this same event
                 continue

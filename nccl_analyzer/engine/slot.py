@@ -38,6 +38,21 @@ def _share(v: Any) -> Any:
     return got
 
 
+#: The fields of a ``none_record`` that has no ``local_rank`` (read only).
+_NO_FIELDS: dict[str, Any] = {}
+
+
+def none_record(ev: Event) -> Event:
+    """What a ``none`` slot keeps of a match no other slot keeps: the event without its text, time and fields. Of a
+    ``none`` match evaluation (hit.py) reads only whether the group has one, its group (``JobBuilder.rank_of``: kind,
+    path, line, host, pid, rank, GPU and whether the fields name a ``local_rank``) and, with ``none_scope = "rank"``,
+    its rank and path; it is never evidence and binds nothing (at 1,000 ranks every rank's ``NET/IB : Using`` line,
+    0.4 KiB a rank, that only ``nccl-ib-requested-no-device``'s ``none`` matches)."""
+    f = ev.fields
+    return Event(ev.kind, ev.path, ev.line, "", host=ev.host, pid=ev.pid, rank=ev.rank, cuda_dev=ev.cuda_dev,
+                 fields={"local_rank": f["local_rank"]} if "local_rank" in f else _NO_FIELDS, end_line=ev.end_line)
+
+
 @dataclass(slots=True)
 class _Slot:
     part: str  # all | any | none
