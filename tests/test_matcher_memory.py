@@ -52,7 +52,7 @@ def test_matches_without_captures_share_one_item(tmp_path):
     two = two.replace("[fix]", '[[match.any]]\nkind = "nccl.warn.*"\nmsg = "~broke"\n\n[fix]')
     a = _feed([parse_rule(write(tmp_path, two))], "a:1:1 [0] init.cc:1 NCCL WARN thing broke\n")
     slots = [sl for st in a.matcher._states for sl in st.slots if sl.held]
-    assert len(slots) >= 2 and all(sl.caps == [None] and sl.held[0] is slots[0].held[0] for sl in slots)
+    assert len(slots) >= 2 and all(sl.caps is None and sl.held[0] is slots[0].held[0] for sl in slots)
     items = [it for sl in slots for v in sl.by_key.values() for it in v]
     assert all(it[2] is _NO_CAPS for it in items), "read back with the one shared empty dict"
 

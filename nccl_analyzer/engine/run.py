@@ -119,7 +119,7 @@ class Matcher:
         # the first match kept is the first of the first key (keys are in the order they first matched)
         first = next(iter(keep.kcount))
         i = list(keep.kidx).index(first)
-        seq, ev, caps = keep.seqs[i], keep.held[i], keep.caps[i]
+        seq, ev, caps = keep.seqs[i], keep.held[i], None if keep.caps is None else keep.caps[i]
         keep.clear()
         keep.kcount[first] = 0
         keep.put(seq, ev, _NO_CAPS if caps is None else dict(zip(caps[0], caps[1:])), first)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 from ..model import Event
@@ -68,7 +69,7 @@ class _Slot:
     #: 13,000 dicts and 20,000 key tuples fewer.
     seqs: array = field(default_factory=lambda: array("q"))
     held: list[Event] = field(default_factory=list)
-    caps: list[tuple[Any, ...] | None] = field(default_factory=list)
+    caps: list[tuple[Any, ...] | None] | None = None  # (None: no match kept captured anything; 8 bytes a match)
     kidx: array = field(default_factory=lambda: array("i"))
     kcount: dict[int, int] = field(default_factory=dict)
     count: int = 0  # matches
@@ -82,7 +83,8 @@ class _Slot:
         self.kcount[kid] += 1
         self.stored += 1
         if not caps:
-            self.caps.append(None)
+            if self.caps is not None:
+                self.caps.append(None)
             return
         if "_match_text" in caps:
             caps["_match_text"] = _LAZY
@@ -90,6 +92,8 @@ class _Slot:
                                       for v in caps.values()))
         if all(v.__class__ is str or v is _LAZY for v in caps.values()):
             got = _share(got)  # (every rank's match of one line often captures the same values: one tuple)
+        if self.caps is None:
+            self.caps = [None] * (len(self.held) - 1)
         self.caps.append(got)
 
     @property
@@ -103,10 +107,12 @@ class _Slot:
         """The matches kept, in input order, each (seq, event, captures, key)."""
         ring = self.ring
         return [(seq, ev, _NO_CAPS if c is None else dict(zip(c[0], c[1:])), ring[k])
-                for seq, ev, c, k in zip(self.seqs, self.held, self.caps, self.kidx)]
+                for seq, ev, c, k in zip(self.seqs, self.held, repeat(None) if self.caps is None else self.caps,
+                                         self.kidx)]
 
     def clear(self) -> None:
-        del self.seqs[:], self.held[:], self.caps[:], self.kidx[:]
+        del self.seqs[:], self.held[:], self.kidx[:]
+        self.caps = None
         self.kcount.clear()
 
     @property
