@@ -178,3 +178,37 @@ def test_a_match_an_all_slot_keeps_too_is_held_whole(tmp_path):
               "a:1:1 [0] init.cc:1 NCCL WARN thing broke, never mind\n")
     held = [sl.held[0] for st in a.matcher._states for sl in st.slots if sl.held]
     assert len(held) == 2 and held[0] is held[1] and held[0].text.endswith("never mind")
+
+
+def test_key_counts_read_as_the_dict_they_replace():
+    """engine/slot.py ``KeyCounts``: a dict, then a byte per key index once dense (and back when a far index comes):
+    the same counts, length and first-match order as a plain dict after any sequence of new keys and increments."""
+    import random
+
+    from nccl_analyzer.engine.slot import CAP_PER_KEY, DENSE_FROM, KeyCounts
+
+    rng = random.Random(10)
+    for spread in (1, 3, 50, 10_000):
+        kc, d = KeyCounts(), {}
+        for step in range(3000):
+            # the upper half first, then below it (the bytearray grows down), then now and then a far index
+            lo = 200 * spread if step < 1000 else 0
+            kid = rng.randrange(lo, 400 * spread) if step < 1500 or step % 97 else rng.randrange(0, 10 ** 6)
+            if kid in d:
+                if d[kid] < CAP_PER_KEY:
+                    d[kid] += 1
+                    kc[kid] += 1
+            else:
+                d[kid] = 0
+                kc[kid] = 0
+            if step % 500 == 0:
+                assert list(kc.items()) == list(d.items()) and len(kc) == len(d)
+        assert list(kc) == list(d) and list(kc.items()) == list(d.items()) and len(kc) == len(d)
+        assert all(kc.get(k) == d.get(k) for k in range(0, 400 * spread, max(1, spread // 2)))
+        assert kc.get(-5) is None and kc.get(10 ** 7, "x") == "x"
+    dense = KeyCounts()
+    for k in range(DENSE_FROM):
+        dense[k] = 1
+    assert dense._d is None, "close key indexes become a bytearray"
+    kc.clear()
+    assert len(kc) == 0 and list(kc) == []

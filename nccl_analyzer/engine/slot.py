@@ -4,7 +4,7 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass, field
 from itertools import repeat
-from typing import Any
+from typing import Any, Iterator
 
 from ..model import Event
 from .loader import Rule
@@ -39,6 +39,101 @@ def _share(v: Any) -> Any:
     return got
 
 
+#: A slot's ``KeyCounts`` turns from a dict into a byte per key index once it holds this many keys, when their
+#: indexes lie within ``DENSITY`` times their number of each other (every rank's key, the usual case).
+DENSE_FROM = 64
+DENSITY = 4
+assert CAP_PER_KEY < 255  # a count + 1 is one byte
+
+
+class KeyCounts:
+    """Key index -> matches a slot keeps of that key, keys in the order they first matched (what a dict of them
+    gives). A dict while the keys are few or their indexes scattered; past ``DENSE_FROM`` close ones, a bytearray
+    indexed by ``kid - lo`` holding count + 1 (0: absent) and the key indexes in first-match order in an ``array``:
+    5-6 bytes a key instead of ~40 (at 1,000 ranks a dozen slots hold every rank's key)."""
+
+    __slots__ = ("_d", "_lo", "_hi", "_b", "_order")
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        self._d: dict[int, int] | None = {}
+        self._lo = self._hi = 0
+        self._b: bytearray | None = None
+        self._order: array | None = None
+
+    def get(self, kid: int, default: Any = None) -> Any:
+        d = self._d
+        if d is not None:
+            return d.get(kid, default)
+        i = kid - self._lo
+        b = self._b
+        if 0 <= i < len(b):  # type: ignore[arg-type]
+            v = b[i]  # type: ignore[index]
+            if v:
+                return v - 1
+        return default
+
+    def __getitem__(self, kid: int) -> int:
+        v = self.get(kid)
+        if v is None:
+            raise KeyError(kid)
+        return v
+
+    def __setitem__(self, kid: int, n: int) -> None:
+        d = self._d
+        if d is not None:
+            if not d:
+                self._lo = self._hi = kid
+            elif kid < self._lo:
+                self._lo = kid
+            elif kid > self._hi:
+                self._hi = kid
+            d[kid] = n
+            if len(d) >= DENSE_FROM and self._hi - self._lo < DENSITY * len(d):
+                self._dense()
+            return
+        b, lo = self._b, self._lo
+        i = kid - lo
+        if 0 <= i < len(b):  # type: ignore[arg-type]
+            if not b[i]:  # type: ignore[index]
+                self._order.append(kid)  # type: ignore[union-attr]
+            b[i] = n + 1  # type: ignore[index]
+            return
+        new_lo, new_hi = min(lo, kid), max(lo + len(b) - 1, kid)  # type: ignore[arg-type]
+        if new_hi - new_lo < DENSITY * (len(self._order) + 1):  # type: ignore[arg-type]
+            if kid < lo:
+                self._b = bytearray(lo - kid) + b  # type: ignore[operator]
+                self._lo = kid
+            else:
+                b.extend(bytes(kid - lo - len(b) + 1))  # type: ignore[union-attr, arg-type]
+            self._b[kid - self._lo] = n + 1  # type: ignore[index]
+            self._order.append(kid)  # type: ignore[union-attr]
+        else:  # a key index far from the others: a dict again
+            self._d = {k: self._b[k - lo] - 1 for k in self._order}  # type: ignore[index, union-attr]
+            self._lo, self._hi = min(new_lo, lo), new_hi
+            self._b = self._order = None
+            self._d[kid] = n
+
+    def _dense(self) -> None:
+        d, lo = self._d, self._lo
+        b = bytearray(self._hi - lo + 1)
+        for k, n in d.items():  # type: ignore[union-attr]
+            b[k - lo] = n + 1
+        self._b, self._order, self._d = b, array("i", d), None  # type: ignore[arg-type]
+
+    def __len__(self) -> int:
+        return len(self._d) if self._d is not None else len(self._order)  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._d if self._d is not None else self._order)  # type: ignore[arg-type]
+
+    def items(self) -> Iterator[tuple[int, int]]:
+        for k in self:
+            yield k, self.get(k)
+
+
 #: The fields of a ``none_record`` that has no ``local_rank`` (read only).
 _NO_FIELDS: dict[str, Any] = {}
 
@@ -71,7 +166,7 @@ class _Slot:
     held: list[Event] = field(default_factory=list)
     caps: list[tuple[Any, ...] | None] | None = None  # (None: no match kept captured anything; 8 bytes a match)
     kidx: array = field(default_factory=lambda: array("i"))
-    kcount: dict[int, int] = field(default_factory=dict)
+    kcount: KeyCounts = field(default_factory=KeyCounts)
     count: int = 0  # matches
     stored: int = 0  # matches kept
 
