@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from nccl_analyzer.engine.match import PREDICATES  # noqa: E402
+from nccl_analyzer.engine.predicate import PREDICATES  # noqa: E402
 from state_size import deep_size, read  # noqa: E402
 
 

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any
 from ..model import Event, Evidence, Finding
 from .fix import make_fix, render_template, render_title
 from .loader import Rule
-from .match import PREDICATES, PredContext, event_lines
+from .predicate import PREDICATES, PredContext
 from .slot import _LAZY, _RuleState, _Slot
+from .virtual import event_lines
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..job import JobBuilder
