@@ -84,6 +84,9 @@ class Analyzer:
         """Fold an already-parsed event (e.g. from an events export) into the job model and matcher."""
         self.builder.add(ev)
         self.matcher.add(ev, self._packed)
+        held = self.matcher.held_last
+        if held is not None and held is not ev:
+            self.builder.stages.repoint(ev, held)  # (one packed copy for both)
         self.ledger.add(ev)
         self._jobs.observe(ev)
         self._events_by_path[ev.path] = self._events_by_path.get(ev.path, 0) + 1

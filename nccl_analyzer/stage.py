@@ -163,21 +163,34 @@ def own_rank(ev: Event) -> int | None:
 
 #: Stage-moving events between two sweeps of ``StageTracker`` (a power of two).
 SWEEP = 256
+#: The transports processes connected with, one frozenset object per distinct set (every process of a node uses the
+#: same ones: one 216-byte set per process otherwise); bounded: past this many a new set is kept as it is.
+_TRANSPORT_SETS: dict[frozenset, frozenset] = {}
+
+
+def _transports(got: frozenset) -> frozenset:
+    have = _TRANSPORT_SETS.get(got)
+    if have is None:
+        if len(_TRANSPORT_SETS) < 4096:
+            _TRANSPORT_SETS[got] = got
+        return got
+    return have
 
 
 class StageTracker:
     """Feeds on every event; keeps, per process (host, pid) or per rank, the last stage reached and its line."""
 
-    __slots__ = ("_procs", "_adds", "_gen", "_now", "_prev")
+    __slots__ = ("_procs", "_adds", "_gen", "_now", "_prev", "_last")
 
     def __init__(self) -> None:
         # key -> [stage, event, transport of the last connection, own rank (from the process's own lines, for unmapped
-        # pids), every transport it connected with (None: none yet), the sweep in which the event was set]
+        # pids), every transport it connected with (a shared frozenset; None: none yet), the sweep in which the event was set]
         self._procs: dict[Any, list[Any]] = {}
         self._adds = 0
         self._gen = 0
         self._now: list[list[Any]] = []  # the entries whose event was set in this sweep's period / in the last one
         self._prev: list[list[Any]] = []
+        self._last: list[Any] | None = None  # the entry ``add`` set last (``repoint``)
 
     def add(self, ev: Event, builder: "JobBuilder") -> None:
         got = stage_of(ev)
@@ -208,6 +221,7 @@ class StageTracker:
             if len(self._procs) < 65536:
                 self._procs[key] = cur = [st, ev, transport, None, None, self._gen]
                 self._now.append(cur)
+                self._last = cur
             else:
                 return
         if cur[3] is None:
@@ -215,9 +229,9 @@ class StageTracker:
         if transport:
             seen = cur[4]
             if seen is None:
-                cur[4] = {transport}
-            elif len(seen) < 16:
-                seen.add(transport)
+                cur[4] = _transports(frozenset((transport,)))
+            elif transport not in seen and len(seen) < 16:
+                cur[4] = _transports(seen | {transport})
         if cur[1] is ev:
             return
         old_st, old_ev = cur[0], cur[1]
@@ -227,11 +241,21 @@ class StageTracker:
             cur[0], cur[1], cur[2], cur[5] = Stage.BOOTSTRAP, ev, None, self._gen  # a new communicator's init
             cur[4] = None
             self._now.append(cur)
+            self._last = cur
         elif st >= old_st or (st in _ALTERNATE and old_st in _ALTERNATE):
             cur[0], cur[1], cur[5] = st, ev, self._gen
             self._now.append(cur)
+            self._last = cur
             if st is Stage.CONNECT:
                 cur[2] = transport or cur[2]
+
+    def repoint(self, ev: Event, held: Any) -> None:
+        """The rule engine keeps ``ev`` (the event ``add`` saw last) as ``held``, packed: the entry ``ev`` set holds that
+        object too (one packed copy, not a second one at the next sweep; at 1,000 ranks every rank's last torch work
+        record is both)."""
+        cur = self._last
+        if cur is not None and cur[1] is ev:
+            cur[1] = held
 
     def _sweep(self) -> None:
         """Pack (packed.py) the events set in the period before this one that no stage change replaced since: each

@@ -52,7 +52,7 @@ def test_matches_without_captures_share_one_item(tmp_path):
     two = two.replace("[fix]", '[[match.any]]\nkind = "nccl.warn.*"\nmsg = "~broke"\n\n[fix]')
     a = _feed([parse_rule(write(tmp_path, two))], "a:1:1 [0] init.cc:1 NCCL WARN thing broke\n")
     slots = [sl for st in a.matcher._states for sl in st.slots if sl.held]
-    assert len(slots) >= 2 and all(sl.caps == [None] and sl.held[0] is slots[0].held[0] for sl in slots)
+    assert len(slots) >= 2 and all(sl.caps is None and sl.held[0] is slots[0].held[0] for sl in slots)
     items = [it for sl in slots for v in sl.by_key.values() for it in v]
     assert all(it[2] is _NO_CAPS for it in items), "read back with the one shared empty dict"
 
@@ -152,3 +152,63 @@ def test_a_slot_reads_its_matches_grouped_by_key_in_first_match_order(tmp_path):
     assert list(grouped) == list(sl.keys)
     assert [[it[1].line for it in v] for v in grouped.values()] == [[1, 4, 7], [2, 5, 8], [3, 6, 9]]
     assert [it[0] for it in sl.items] == sorted(it[0] for it in sl.items)
+
+
+def test_a_match_only_none_slots_keep_is_held_without_its_text(tmp_path):
+    """A ``none`` match is read for its group, rank and path only (engine/slot.py ``none_record``): held without its
+    text and fields, it cancels the same groups as the whole event did."""
+    for scope in ("job", "rank"):
+        rule = JOB_NONE.replace("[match]", f'[match]\ngroup_by = "rank"\nnone_scope = "{scope}"')
+        a = _feed([parse_rule(write(tmp_path, rule))],
+                  "a:1:1 [0] NCCL INFO comm 0x1 rank 0 nranks 2 cudaDev 0 busId 10 - Init START\n"
+                  "a:2:2 [1] NCCL INFO comm 0x2 rank 1 nranks 2 cudaDev 1 busId 20 - Init START\n"
+                  "a:2:2 [1] NCCL INFO all good, " + "x" * 300 + "\n"
+                  "a:1:1 [0] init.cc:1 NCCL WARN thing one\n"
+                  "a:2:2 [1] init.cc:1 NCCL WARN thing two\n")
+        none = next(sl for st in a.matcher._states for sl in st.slots if sl.part == "none")
+        kept = none.held[0]
+        assert (kept.kind, kept.line, kept.host, kept.pid, kept.text, kept.fields) == ("nccl.info", 3, "a", 2, "", {})
+        assert [h.ranks for h in a.hits()] == [(0,)], scope
+
+
+def test_a_match_an_all_slot_keeps_too_is_held_whole(tmp_path):
+    both = JOB_NONE.replace('[[match.none]]\nkind = "nccl.info"\nmsg = "~all good"',
+                            '[[match.none]]\nkind = "nccl.warn.*"\nmsg = "~never"')
+    a = _feed([parse_rule(write(tmp_path, both.replace("[match]", '[match]\ngroup_by = "rank"')))],
+              "a:1:1 [0] init.cc:1 NCCL WARN thing broke, never mind\n")
+    held = [sl.held[0] for st in a.matcher._states for sl in st.slots if sl.held]
+    assert len(held) == 2 and held[0] is held[1] and held[0].text.endswith("never mind")
+
+
+def test_key_counts_read_as_the_dict_they_replace():
+    """engine/slot.py ``KeyCounts``: a dict, then a byte per key index once dense (and back when a far index comes):
+    the same counts, length and first-match order as a plain dict after any sequence of new keys and increments."""
+    import random
+
+    from nccl_analyzer.engine.slot import CAP_PER_KEY, DENSE_FROM, KeyCounts
+
+    rng = random.Random(10)
+    for spread in (1, 3, 50, 10_000):
+        kc, d = KeyCounts(), {}
+        for step in range(3000):
+            # the upper half first, then below it (the bytearray grows down), then now and then a far index
+            lo = 200 * spread if step < 1000 else 0
+            kid = rng.randrange(lo, 400 * spread) if step < 1500 or step % 97 else rng.randrange(0, 10 ** 6)
+            if kid in d:
+                if d[kid] < CAP_PER_KEY:
+                    d[kid] += 1
+                    kc[kid] += 1
+            else:
+                d[kid] = 0
+                kc[kid] = 0
+            if step % 500 == 0:
+                assert list(kc.items()) == list(d.items()) and len(kc) == len(d)
+        assert list(kc) == list(d) and list(kc.items()) == list(d.items()) and len(kc) == len(d)
+        assert all(kc.get(k) == d.get(k) for k in range(0, 400 * spread, max(1, spread // 2)))
+        assert kc.get(-5) is None and kc.get(10 ** 7, "x") == "x"
+    dense = KeyCounts()
+    for k in range(DENSE_FROM):
+        dense[k] = 1
+    assert dense._d is None, "close key indexes become a bytearray"
+    kc.clear()
+    assert len(kc) == 0 and list(kc) == []
