@@ -54,9 +54,11 @@ class Analyzer:
         self._jobs = JobSplitCheck()  # inputs that look like separate jobs -> a warning
         self._events_by_path: dict[str, int] = {}
         self._fr_pointers: list[Event] = []  # log lines naming a Flight Recorder dump file (flight/)
-        # Kinds that only get counted (triage.py): nothing in the job model or the rules reads them.
+        # Kinds that only get counted (triage.py): nothing in the job model, the rules or the fail-safe reads them
+        # (derived here, from the loaded rules and tables: tests/test_triage_kinds.py adds a rule that reads each kind).
         self._inert = frozenset() if keep_text else frozenset(
-            k for k, _ in triage.INERT_SHAPES if not JobBuilder.reads(k) and not self.matcher.reads(k))
+            k for k, _ in triage.INERT_SHAPES if not JobBuilder.reads(k) and not self.matcher.reads(k)
+            and not self.ledger.reads(k))
         # Kinds only the per-rank stage reads (triage.py parses the first and last line of each run of them).
         self._stage_only = frozenset() if keep_text else triage.run_kinds_of(frozenset(
             k for k, _ in triage.INERT_SHAPES if k not in self._inert and JobBuilder.stage_only(k)

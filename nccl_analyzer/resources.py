@@ -50,7 +50,9 @@ def parser_cache(name: str) -> str | bool:
     checks a hash of the grammar text, options and its own version stored in the file and rebuilds (and
     rewrites) on any mismatch or damage.
 
-    The file name carries a hash of the grammar text (``grammars/<name>.lark``): two versions of the tool (two
+    The file name carries a hash of the grammar text (``grammars/<name>.lark``) and of the grammars folder's path
+    (Lark's stored hash covers ``import_paths``, which name that folder: measured 2.4 s of CPU a run, main process,
+    where two checkouts of the same grammar alternated): two versions of the tool (two
     checkouts, two virtual environments) each keep their own tables instead of rebuilding each other's on every
     run (measured: 2-2.5 s of CPU a run where two versions alternated). At most ``_CACHE_KEEP`` files per grammar
     are kept, the least recently written removed first.
@@ -69,7 +71,10 @@ def parser_cache(name: str) -> str | bool:
         if st.st_uid != os.getuid() or st.st_mode & 0o077:
             return False
         try:
-            digest = hashlib.sha256(read_grammar(f"{name}.lark").encode("utf-8")).hexdigest()[:12]
+            # the folder too: Lark's own check hashes its options, and nccl.lark's ``import_paths`` name this
+            # checkout's grammars folder, so two checkouts of one grammar text would rebuild each other's tables
+            key = read_grammar(f"{name}.lark") + "\0" + str(grammar_dir().resolve())
+            digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:12]
         except OSError:
             digest = "x"
         path = base / f"{name}-{digest}-lark{lark.__version__}-py{sys.version_info[0]}{sys.version_info[1]}.cache"
@@ -85,8 +90,8 @@ def parser_cache(name: str) -> str | bool:
         return False
 
 
-#: Cache files kept per grammar (one per version of the grammar text).
-_CACHE_KEEP = 8
+#: Cache files kept per grammar (one per version of the grammar text and checkout: ~0.1 MiB each).
+_CACHE_KEEP = 24
 
 
 def _prune(base: Path, prefix: str, keep: int) -> None:

@@ -76,3 +76,32 @@ def test_at_most_a_few_cache_files_per_grammar(tmp_path, monkeypatch):
     folder = tmp_path / ".cache" / "nccl-analyzer"
     left = sorted(f.name for f in folder.iterdir() if f.name.startswith("nccl-"))
     assert len(left) == resources._CACHE_KEEP
+
+
+def test_two_checkouts_of_one_grammar_do_not_rebuild_each_others_tables(tmp_path):
+    # nccl.lark's import_paths name the checkout's grammars folder and Lark's stored hash covers them: two checkouts
+    # sharing one cache file would rebuild (and rewrite) it on every run, turn about. Real processes, two copies.
+    import shutil
+    copies = []
+    for name in ("a", "b"):
+        dst = tmp_path / name
+        shutil.copytree(ROOT / "nccl_analyzer", dst / "nccl_analyzer", ignore=shutil.ignore_patterns("__pycache__"))
+        for folder in ("grammars", "rules", "messages"):
+            if (ROOT / folder).is_dir():
+                shutil.copytree(ROOT / folder, dst / folder)
+        copies.append(dst)
+    home = tmp_path / "home"
+    code = "from nccl_analyzer.parse import nccl_grammar; nccl_grammar.body_parser()"
+    env = dict(os.environ, HOME=str(home))
+    env.pop("PYTHONPATH", None)
+    folder = home / ".cache" / "nccl-analyzer"
+    written: dict[str, float] = {}
+    for turn in range(3):
+        for dst in copies:
+            subprocess.run([sys.executable, "-c", code], cwd=dst, env=env, check=True, capture_output=True)
+        now = {f.name: f.stat().st_mtime_ns for f in folder.iterdir() if f.name.startswith("nccl-")}
+        if turn == 0:
+            assert len(now) == 2, now  # one file per checkout
+            written = now
+        else:
+            assert now == written, "a checkout rebuilt the other's tables"

@@ -181,6 +181,8 @@ class NcclParser:
     # -- helpers
     def _bare(self, line: Line) -> Event | None:
         """Version banner without prefix, or an NCCL-looking line whose prefix is odd (nccl.unparsed)."""
+        if "NCCL " not in line.text:
+            return None  # both patterns need it (torch's "WorkNCCL(" records land here: one C call, no regex)
         m = _BANNER_RE.match(line.text)
         if m:
             parsed = _run("banner", m["body"])
