@@ -107,7 +107,7 @@ def test_the_warn_sources_table_is_generated_from_the_catalogue():
 @pytest.mark.parametrize("line, want", [
     ("NCCL WARN eth0 : eth0 argument is NULL", "invalid_usage"),  # misc/argcheck.cc and its older homes
     ("NCCL WARN Call to ibv_reg_mr failed with error Cannot allocate memory", "ib_rdma"),  # misc/ibvwrap.cc
-    ("NCCL WARN Error: could not find real path of /sys/class/net/eth0", None),  # harmless in every file
+    ("NCCL WARN Could not find real path of /sys/class/net/eth0", None),  # harmless in every file printing it
 ])
 def test_a_warn_pasted_without_its_file_is_read_as_the_file_that_prints_it(line, want):
     assert pf.verdict(f"{line}\n", RULES)[0] == want
