@@ -1,4 +1,4 @@
-"""Rule engine: TOML rules (loader), selectors and predicates (match), the streaming matcher (run)."""
+"""Rule engine: TOML rules (loader), selectors (match), predicates (predicate.py registers them), matcher (run)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

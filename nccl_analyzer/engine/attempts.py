@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .match import PredContext, PredResult, predicate
+from .predicate import PredContext, PredResult, predicate
 
 _FAILED = "torch.elastic.worker_failed"
 

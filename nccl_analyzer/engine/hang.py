@@ -6,7 +6,7 @@ from typing import Any
 
 from ..model import Stage
 from ..stage import collapse
-from .match import PredContext, PredResult, _rank_list, _who, predicate
+from .predicate import PredContext, PredResult, _rank_list, _who, predicate
 
 #: Exit statuses that are the job being torn down or aborted, not a rank failing by itself: SIGTERM/SIGINT from
 #: torchrun or the user, SIGABRT from torch's watchdog taking the process down after a timeout.

@@ -5,7 +5,8 @@ import fnmatch
 import re
 from typing import Any
 
-from .match import PredContext, PredResult, _odd_ones, _rank_list, _who, field_value, predicate
+from .predicate import PredContext, PredResult, _odd_ones, _rank_list, _who, predicate
+from .virtual import field_value
 
 _NUMS = re.compile(r"(\d+)(?:\s*-\s*(\d+))?")
 #: The most ranks one message may name (a range "0-100000" in a corrupt line must not build a huge tuple).

@@ -1,0 +1,127 @@
+"""Predicates on how the job was set up: one GPU per process, one NCCL version, nccl-tests on one node,
+communicator init, socket interfaces and NCCL environment variables."""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .predicate import PredContext, PredResult, predicate
+
+
+@predicate
+def busid_shared_by_ranks_on_host(ctx: PredContext) -> PredResult | None:
+    """Two or more processes initialised NCCL on the same GPU (busId) of one host."""
+    b = ctx.builder
+    for (host, bus, comm), pids in sorted(b.busid_pids.items()):
+        if len(pids) >= 2:
+            evs = list(b.busid_events.get((host, bus, comm), []))
+            ranks = tuple(sorted({r for r in (b.rank_of(e) for e in evs) if r is not None}))
+            return PredResult(bound={"bus_id": bus, "host": host, "dup_ranks": ", ".join(map(str, ranks))},
+                              ranks=ranks, evidence=evs[:4])
+    return None
+
+
+@predicate
+def nccl_versions_differ(ctx: PredContext) -> PredResult | None:
+    """Processes of the job report different NCCL versions (major.minor.patch)."""
+    from ..job import version_number
+
+    b = ctx.builder
+    nums: dict[str, list[str]] = {}
+    for v in b.versions_by_proc:
+        nums.setdefault(version_number(v) or v, []).append(v)
+    if len(nums) < 2:
+        return None
+    ev = [b.version_events[v] for vs in nums.values() for v in vs if v in b.version_events]
+    ranks = tuple(sorted({r for r in (b.rank_of(e) for e in ev) if r is not None}))
+    by_num: dict[str, set[int]] = {}
+    for r, info in b.job.ranks.items():
+        if info.nccl_version:
+            by_num.setdefault(version_number(info.nccl_version) or info.nccl_version, set()).add(r)
+    if len(by_num) > 1:
+        # The odd ones out: every rank not on the majority's version (on a tie, the version of the lowest rank,
+        # where the job's store and rank 0 live, is the reference).
+        ref = max(by_num, key=lambda n: (len(by_num[n]), -min(by_num[n])))
+        ranks = tuple(sorted(r for n, rs in by_num.items() if n != ref for r in rs))
+    who = "; ".join(f"{n} on {', '.join(sorted(set().union(*(b.versions_by_proc[v] for v in vs))))[:80]}"
+                    for n, vs in sorted(nums.items()))
+    return PredResult(bound={"versions": ", ".join(sorted(nums)), "who": who}, ranks=ranks, evidence=ev[:4])
+
+
+@predicate
+def nccltests_one_node(ctx: PredContext) -> PredResult | None:
+    """Every rank of nccl-tests' device list is on one host (or, in the NCCL 1.x tests' list, which names no host,
+    in one process): the GPUs talk over the node's own data paths (P2P / SHM over PCIe or NVLink), no network."""
+    ranks = [e for e in ctx.events if e.kind == "nccltests.rank"]
+    if not ranks or len({e.host for e in ranks}) > 1:
+        return None
+    gpus = sorted({str(e.get("gpu") or "").strip() for e in ranks} - {""})
+    bound = {"n_gpus": len({e.get("rank") for e in ranks}), "gpu_models": ", ".join(gpus[:3]) or "GPUs"}
+    head = [e for e in ctx.events if e.kind == "nccltests.header"]
+    return PredResult(bound=bound, evidence=head[:1] + ranks[:3])
+
+
+@predicate
+def no_init_complete(ctx: PredContext, **args: Any) -> PredResult | None:
+    """Some communicator's init started on a rank that never logged Init COMPLETE."""
+    b = ctx.builder
+    stuck: set[int] = set()
+    any_complete = False
+    for comm, states in b.init.items():
+        for r, s in states.items():
+            if s == "complete":
+                any_complete = True
+            else:
+                grank = b.job.communicators.get(comm, {}).get("ranks", {}).get(r, r)
+                stuck.add(grank)
+    if not stuck:
+        return None
+    if args.get("others_complete") and not any_complete:
+        return None
+    if args.get("nccl_evidence_on_stuck"):
+        # The rule's NCCL lines (e.g. P2P channel setup) must come from a rank that is itself stuck in init: a
+        # rank stuck before reaching them says nothing about what its peers set up.
+        own = {b.rank_of(e) for e in ctx.events if e.kind.startswith("nccl.")}
+        stuck &= own
+        if not stuck:
+            return None
+    return PredResult(bound={"stuck": ", ".join(map(str, sorted(stuck)))}, ranks=tuple(sorted(stuck)))
+
+
+@predicate
+def socket_interfaces(ctx: PredContext, **args: Any) -> PredResult | None:
+    """Binds the interface the environment asked for and the ones NCCL saw (for the fix text); always passes."""
+    b = ctx.builder
+    bound: dict[str, Any] = {}
+    for name in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
+        if name in b.env:
+            bound.setdefault("ifname", b.env[name])
+            bound.setdefault("ifname_var", name)
+    for ev in ctx.events:
+        for key in ("ifname", "iface"):
+            if ev.get(key) and "ifname" not in bound:
+                bound["ifname"] = ev.get(key)
+    seen = sorted({i for v in b.ifaces.values() for i in v if i != bound.get("ifname")})
+    if seen:
+        bound["interfaces"] = ", ".join(seen)
+    hosts = sorted({e.host for e in ctx.events if e.host})
+    if hosts:
+        bound["host"] = hosts[0]
+    return PredResult(bound=bound)
+
+
+@predicate
+def env_setting(ctx: PredContext, **args: Any) -> PredResult | None:
+    """The job's NCCL environment (as NCCL logged it) sets ``var`` (optionally to a value matching ``value``).
+
+    In a rule: ``predicates = [{ name = "env_setting", var = "NCCL_COMM_ID" }]`` (``name`` names the predicate).
+    """
+    name = str(args.get("var", args.get("name", "")))
+    b = ctx.builder
+    if name not in b.env:
+        return None
+    val = b.env[name]
+    want = args.get("value")
+    if want is not None and not re.search(str(want), val):
+        return None
+    return PredResult(bound={name: val, "env_value": val}, evidence=list(b.env_events.get(name, []))[:1])

@@ -1,0 +1,175 @@
+"""Is a source a paste, and of which form: ``detect`` reads a source's head, ``plan_for`` turns a raw log
+down with a few C-level scans and otherwise sets the ``Plan`` flags its sample shows."""
+from __future__ import annotations
+
+import itertools
+from operator import itemgetter
+from typing import Iterable, Iterator
+
+from .boundary import _unglue, _wrap_width
+from .order import _reversed_text
+from .plan import Plan, _printable
+from .rx import _AUTOLINK, _ELISION, _FENCE, _GUTTER, _Rx
+
+
+#: Bytes of a source's head looked at to decide whether it is a paste.
+SAMPLE_BYTES = 64 * 1024
+
+
+_FIRST = itemgetter(0)
+
+
+def detect(items: Iterable[tuple[str, bool]]) -> tuple[list[tuple[str, bool]], Iterator[tuple[str, bool]], Plan | None]:
+    """Read a source's head (about ``SAMPLE_BYTES``) and decide whether it is a paste.
+
+    Returns:
+        (the head's items, the iterator of the rest, a Plan or None for a raw log).
+    """
+    it = iter(items)
+    head: list[tuple[str, bool]] = []
+    lines: list[str] = []
+    size = 0
+    while size < SAMPLE_BYTES:  # whole chunks of lines, taken and measured in C
+        chunk = list(itertools.islice(it, 128))
+        if not chunk:
+            break
+        head += chunk
+        texts = list(map(_FIRST, chunk))
+        lines += texts
+        size += len("\n".join(texts)) + 1
+    return head, it, plan_for(lines)
+
+
+def plan_for(lines: list[str]) -> Plan | None:
+    """The Plan for a sample of lines, or None when nothing in it looks pasted.
+
+    Runs once per source on its head, so a raw log must be turned down with a few C-level scans: one-character
+    finds (memchr) for the rare marks (```` ` ````, ``~``, ``&``, ``…``) and a few substring tests on the first
+    ``_CLOSE_BYTES``; per-line work only where one of those found something.
+    """
+    if not lines:
+        return None
+    text = "\n".join(lines)
+    if text.find("\x1b") >= 0:  # colour codes: judge the text a terminal shows
+        lines = [_printable(s) for s in lines]
+        text = "\n".join(lines)
+    near = text[:_CLOSE_BYTES]
+    starts = set(map(_FIRST, filter(None, lines[:128])))  # the first characters of the first lines
+    plan = Plan()
+    if text.find("`") >= 0 and "```" in text or text.find("~") >= 0 and "~~~" in text:
+        plan.fences = any(_FENCE.match(s) for s in lines if "``" in s or "~~" in s)
+    if text.find("&") >= 0:
+        plan.html = "&lt;" in text or "&gt;" in text or "&quot;" in text and '"' not in text \
+            or ("&#39;" in text or "&#x27;" in text) and "'" not in text
+    if plan.fences or plan.html or "<" in starts:
+        low = text.lower()
+        plan.tags = any(t in low for t in _TAG_MARKS)
+    nonempty: list[str] | None = None
+    if ">" in starts or " " in starts and "\n >" in near:
+        nonempty = [s for s in lines if s.strip()]
+        quoted = sum(1 for s in nonempty if s.lstrip(" \t")[:1] == ">")
+        plan.quotes = quoted == len(nonempty) or quoted >= 2 and (quoted * 5 >= len(nonempty) or ">>" in text)
+    first = _first_nonempty(lines)
+    if first[:1] in " \t" or _BLOCK_AFTER_BLANK.search(near):
+        nonempty = nonempty or [s for s in lines if s.strip()]
+        indented = sum(1 for s in nonempty if s[:1] in " \t")
+        plan.indent = indented * 10 >= len(nonempty) * 9 or indented >= 2 and _code_blocks_in_prose(lines)
+    if first[:1].isdigit() or first[:1] in " \t" and first.lstrip()[:1].isdigit():
+        nonempty = nonempty or [s for s in lines if s.strip()]
+        plan.gutter = _has_gutter(nonempty)
+    # GitHub's auto-links ("[net_ib.cc:101](http://net_ib.cc:101/)") are made in rendered text: quoted or plain
+    plan.links = (plan.quotes or plan.indent) and "](http" in near and _AUTOLINK.search(text) is not None
+    if text.find("\u2026") >= 0 or "." in starts or "<" in starts or "[" in starts and "\n[..." in near \
+            or " " in starts and ("\n ..." in near or "\n [..." in near):
+        plan.elisions = any(_ELISION.match(s) for s in lines
+                            if len(s) < 48 and ("." in s or "\u2026" in s or "snip" in s))
+    if "[" in starts and "]:[rank" in near:
+        plan.glued = _rank_rank(near)
+    # a stray indent before "Last error:" (GitHub keeps one leading space of a re-flowed traceback)
+    plan.stray = " " in starts and "\n Last error:" in near or text.startswith(" Last error:")
+    decorated = plan.fences or plan.tags or plan.html or plan.quotes or plan.indent or plan.gutter or plan.links \
+        or plan.stray
+    if decorated or plan.glued:
+        # a paste may also hold another process's NCCL line written into an unfinished one
+        plan.hosts = frozenset(m.group(1) for m in map(_LINE_HOST.match, lines) if m)
+        plan.glued = plan.glued or any(_unglue(s, plan.hosts) for s in lines if s.count(" NCCL ") > 1)
+    # a hard wrap shows on every screenful: the first lines tell (max/len over a whole sample cost as much as
+    # the rest of this function)
+    plan.width = _wrap_width(_content(lines[:_WRAP_LINES], plan) if decorated else lines[:_WRAP_LINES])
+    plan.wrap = plan.width > 0
+    if not (decorated or plan.elisions or plan.glued or plan.wrap or _reversed_text(near, lines)):
+        return None
+    return plan
+
+
+# An indented line right after a blank one (CRLF kept): where a Markdown indented code block may start.
+_BLOCK_AFTER_BLANK = _Rx(r"\n[ \t]*\r?\n(?:    |\t)\S")
+#: The multi-character tests of ``plan_for`` read only this much of the sample (they cost a pass each).
+_CLOSE_BYTES = 8 * 1024
+#: Lines of the sample that the hard-wrap test reads.
+_WRAP_LINES = 160
+_TAG_MARKS = ("<details", "<summary", "<pre>", "</pre>", "<br>", "<br/>", "</code>", "<blockquote")
+
+
+def _code_blocks_in_prose(lines: list[str]) -> bool:
+    """Markdown indented code blocks between lines of prose: every indented run has a blank line (or the sample's
+    edge) on both sides, so no indented line touches an unindented one. A raw log's indented lines (traceback
+    frames, continuation lines) always follow their unindented head directly."""
+    prev = ""
+    for s in lines:
+        if s.strip() and prev.strip() and (s[:1] in " \t") != (prev[:1] in " \t"):
+            return False
+        prev = s
+    return True
+
+
+def _rank_rank(text: str) -> bool:
+    """ "[rank1]:[rank0]: ..." somewhere: one rank's prefix with another rank's record glued right behind it."""
+    p = text.find("]:[rank")
+    for _ in range(64):
+        if p < 0:
+            return False
+        q = text.rfind("[rank", max(0, p - 12), p)
+        if q >= 0 and text[q + 5:p].isdigit():
+            return True
+        p = text.find("]:[rank", p + 1)
+    return False
+
+
+def _first_nonempty(lines: list[str]) -> str:
+    for s in lines:
+        if s.strip():
+            return s
+    return ""
+
+
+def _content(lines: list[str], plan: Plan) -> list[str]:
+    rows = [[i, s, s, False, 0] for i, s in enumerate(lines, 1)]
+    plan._undecorate(rows)
+    return [r[1] for r in rows if r[4] == 0]
+
+
+def _has_gutter(nonempty: list[str]) -> bool:
+    """Most lines behind a number that counts up by one (never backwards, unlike srun's rank labels)."""
+    if len(nonempty) < 3 and not all(_GUTTER.match(s) and s.lstrip()[:2] in ("1 ", "1\t", "1|") for s in nonempty[:1]):
+        return False  # a short paste: only "1 | ..." / "1<TAB>..." (srun's "1: " is a rank label)
+    prev = None
+    up = down = hits = 0
+    for s in nonempty:
+        if not (s[:1].isdigit() or s[:1] in " \t"):
+            continue
+        m = _GUTTER.match(s)
+        if m is None:
+            continue
+        hits += 1
+        n = int(m.group(1))
+        if prev is not None:
+            if n == prev + 1:
+                up += 1
+            elif n <= prev:
+                down += 1
+        prev = n
+    return hits * 10 >= len(nonempty) * 6 and up * 10 >= (hits - 1) * 8 and down <= 1
+
+
+_LINE_HOST = _Rx(r"(?:\[[^\]]{1,40}\] ?)?([A-Za-z][\w.-]*):\d+:\d+ \[\d+\] NCCL ")

@@ -1,0 +1,203 @@
+"""``Plan``: what to undo in one source, applied window by window: decorations (tags, quotes, fences, HTML
+escapes, auto-links, gutters, indentation, stray indents) undone, elisions dropped, order, wraps and glued
+records fixed."""
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass
+from typing import Iterable, Iterator
+
+from .boundary import _rejoin, _unglue
+from .order import _reversed
+from .rx import _AUTOLINK, _ELISION, _FENCE, _FLUSH_HEADS, _GUTTER, _LAUNCH, _LEAD_TAGS, _QUOTE, _SUMMARY, _TRAIL_TAGS
+
+
+#: A paste is normalised in windows of this many lines (reversal and wrap width are per window).
+WINDOW_LINES = 200_000
+
+
+_FLAGS = ("html", "fences", "tags", "quotes", "gutter", "indent", "elisions", "links", "glued", "wrap", "stray")
+
+
+@dataclass(slots=True)
+class Plan:
+    """What to undo in one source (each flag was seen in its sample)."""
+
+    html: bool = False
+    fences: bool = False
+    tags: bool = False
+    quotes: bool = False
+    gutter: bool = False
+    indent: bool = False
+    elisions: bool = False
+    links: bool = False
+    glued: bool = False
+    wrap: bool = False
+    stray: bool = False
+    width: int = 0  # the width a hard wrap cut lines at
+    hosts: frozenset[str] = frozenset()  # NCCL host names seen at line starts (where a glued head begins)
+    count: int = 0  # lines read so far (sources.iter_source reports it as the source's line count)
+
+    def reasons(self) -> list[str]:
+        """The decorations this plan undoes, by name (for tests and the events export)."""
+        return [name for name in _FLAGS if getattr(self, name)]
+
+    def normalise(self, items: Iterable[tuple[str, bool]]) -> Iterator[tuple[int, str, str, bool]]:
+        """``(lineno, text, raw, truncated)`` for every line of ``items`` (``(line, truncated)`` pairs)."""
+        it = iter(items)
+        base = 0
+        while True:
+            window = list(itertools.islice(it, WINDOW_LINES))
+            if not window:
+                return
+            base += len(window)
+            self.count = base
+            yield from self._window(window, base - len(window))
+
+    def _window(self, window: list[tuple[str, bool]], base: int) -> Iterator[tuple[int, str, str, bool]]:
+        rows: list[list] = []  # [lineno, text, raw, truncated, kind]; kind: 0 line, 1 decoration, 2 elision
+        for i, (s, truncated) in enumerate(window, base + 1):
+            raw = _printable(s)
+            rows.append([i, raw, raw, truncated, 0])
+        self._undecorate(rows)
+        rows = [r for r in rows if r[4] != 2]
+        if _reversed(rows):
+            rows.reverse()
+        if self.wrap:
+            rows = _rejoin(rows, self.width)
+        for lineno, text, raw, truncated, _ in rows:
+            if self.glued and len(text) > 8:
+                parts = _unglue(text, self.hosts)
+                if parts is not None:
+                    for part in parts:
+                        yield lineno, part, raw, truncated
+                    continue
+            yield lineno, text, raw, truncated
+
+    def _undecorate(self, rows: list[list]) -> None:
+        for r in rows:
+            s = r[1]
+            if not s:
+                continue
+            if self.tags and "<" in s:
+                s = _SUMMARY.sub("", s, count=1) if "<summary" in s.lower() else s
+                m = _LEAD_TAGS.match(s)
+                if m:
+                    s = s[m.end():]
+                m = _TRAIL_TAGS.search(s)
+                if m:
+                    s = s[:m.start()]
+                if not s.strip() and r[1].strip():
+                    r[1], r[4] = "", 1
+                    continue
+            if self.quotes and s.lstrip(" \t")[:1] == ">":
+                m = _QUOTE.match(s)
+                if m:
+                    s = s[m.end():]
+            if self.fences and ("`" in s or "~" in s) and _FENCE.match(s):
+                r[1], r[4] = "", 1
+                continue
+            if self.html and "&" in s:
+                s = _unescape(s)
+            if self.links and "](" in s:
+                s = _AUTOLINK.sub(_unlink, s)
+            r[1] = s
+        if self.gutter:
+            _strip_gutter(rows)
+        if self.elisions:
+            for r in rows:
+                if r[1] and _ELISION.match(r[1]):
+                    r[4] = 2
+        if self.indent or self.fences or self.quotes or self.tags:
+            _dedent([r for r in rows if r[4] != 2])  # an elision inside an indented block does not split it
+        for r in rows:
+            s = r[1]
+            cut = _LAUNCH.match(s).end() if s[:1] not in " \t" else 0
+            if s[cut:cut + 1] in (" ", "\t"):
+                # a stray indent before a head that never starts indented (also behind a launcher prefix)
+                m = _FLUSH_HEADS.match(s, cut)
+                if m:
+                    r[1] = s[:cut] + s[m.end():]
+
+
+def _unescape(s: str) -> str:
+    import html  # only pastes need it (html.entities is a large table to import)
+
+    return html.unescape(s)
+
+
+def _printable(s: str) -> str:
+    # The same cleaning sources.clean_text does before it reads prefixes (evidence quotes this text); imported
+    # here because sources imports this module.
+    from ..sources import printable
+
+    return printable(s)
+
+
+def _unlink(m: re.Match) -> str:
+    # GitHub turns "net_ib.cc:101" into "[net_ib.cc:101](http://net_ib.cc:101/)"; keep a link only if its
+    # text is not its own target.
+    text, target = m.group(1), m.group(2)
+    return text if target.rstrip("/") == text.rstrip("/") else m.group(0)
+
+
+def _strip_gutter(rows: list[list]) -> None:
+    for r in rows:
+        s = r[1]
+        m = _GUTTER.match(s)
+        if m:
+            r[1] = s[m.end():]
+
+
+def _dedent(rows: list[list]) -> None:
+    """Remove the indentation common to each indented block that stands on its own.
+
+    A block is a run of indented lines with a blank line, a decoration or the window's edge before and after it
+    (a Markdown indented code block, or a whole pasted file). A traceback's frames follow their unindented
+    ``Traceback`` header, so they are not a block and keep their indentation.
+    """
+    n = len(rows)
+    i = 0
+    while i < n:
+        if not (rows[i][1][:1] in " \t" and rows[i][1].strip()):
+            i += 1
+            continue
+        start = i
+        if start > 0 and rows[start - 1][1].strip():
+            while i < n and (rows[i][1][:1] in " \t" or not rows[i][1].strip()):
+                i += 1
+            continue
+        end = i
+        while end < n and (rows[end][1][:1] in " \t" or not rows[end][1].strip()) and rows[end][4] != 1:
+            end += 1
+        if end < n and rows[end][1].strip():
+            # the run ends on an unindented line: only its part before the last blank line is a block
+            last_blank = max((j for j in range(start, end) if not rows[j][1].strip()), default=None)
+            if last_blank is None:
+                i = end
+                continue
+            end = last_blank
+        block = [rows[j][1] for j in range(start, end) if rows[j][1].strip()]
+        common = _common_ws(block)
+        if common:
+            k = len(common)
+            for j in range(start, end):
+                s = rows[j][1]
+                rows[j][1] = s[k:] if s.startswith(common) else s.lstrip(" \t")
+        i = end
+
+
+def _common_ws(block: list[str]) -> str:
+    if not block:
+        return ""
+    first = block[0]
+    lead = first[:len(first) - len(first.lstrip(" \t"))]
+    for s in block[1:]:
+        k = 0
+        while k < len(lead) and k < len(s) and s[k] == lead[k]:
+            k += 1
+        lead = lead[:k]
+        if not lead:
+            return ""
+    return lead if (len(lead) >= 2 or "\t" in lead) else ""

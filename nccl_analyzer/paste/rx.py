@@ -1,0 +1,78 @@
+"""The patterns of paste detection and normalisation, each compiled on first use (``_Rx``)."""
+from __future__ import annotations
+
+import re
+
+
+class _Rx:
+    """A regex compiled on first use: most runs read raw logs and never need most of these, and compiling them all
+    at import would add to every run's start-up."""
+
+    __slots__ = ("pattern", "flags", "_rx")
+
+    def __init__(self, pattern: str, flags: int = 0):
+        self.pattern, self.flags, self._rx = pattern, flags, None
+
+    def get(self) -> re.Pattern:
+        rx = self._rx
+        if rx is None:
+            rx = self._rx = re.compile(self.pattern, self.flags)
+        return rx
+
+    def match(self, *args):
+        return self.get().match(*args)
+
+    def fullmatch(self, *args):
+        return self.get().fullmatch(*args)
+
+    def search(self, *args):
+        return self.get().search(*args)
+
+    def finditer(self, *args):
+        return self.get().finditer(*args)
+
+    def sub(self, *args, **kwargs):
+        return self.get().sub(*args, **kwargs)
+
+
+_FENCE = _Rx(r"[ \t]*(?:`{3,}|~{3,})[ \t]*[\w+.#-]*[ \t]*$")
+# HTML a Markdown renderer keeps: <details>, <summary>...</summary>, <pre>, <code>, <br>, <p>, <blockquote>.
+_TAGS = r"</?(?:details|summary|pre|code|br|p|blockquote|div|span|tt|samp|kbd)\b[^<>]*>"
+_LEAD_TAGS = _Rx(r"[ \t]*(?:(?:" + _TAGS + r")[ \t]*)+")
+_SUMMARY = _Rx(r"[ \t]*(?:<details\b[^<>]*>[ \t]*)?<summary\b[^<>]*>.*?</summary>[ \t]*", re.I)
+_TRAIL_TAGS = _Rx(r"(?:[ \t]*(?:" + _TAGS + r"))+[ \t]*$", re.I)
+_QUOTE = _Rx(r"(?:[ \t]{0,3}>(?: |$|(?=>)))+")
+# A gutter: "12 | text", "12| text", "  12: text", "12<TAB>text" (the number is checked to count up).
+_GUTTER = _Rx(r"[ \t]*(\d{1,7})(?: ?\| ?|: |:$|\t| ?│ ?)")
+_ELISION = _Rx(
+    r"[ \t]*(?:\[\s*(?:\.{3,}|…|snip(?:ped)?|truncated|omitted|cut|more|\.\.\. ?\d+ (?:more )?lines?[\w ]*)[^\]]{0,40}\]"
+    r"|\.{3,}|…|<\s*(?:snip(?:ped)?|\.{3,}|…)\s*>|\(\s*(?:\.{3,}|…|snip(?:ped)?)\s*\)|--\s*snip\s*--"
+    r"|\.{3,} ?\(?\d+ (?:more )?lines? (?:omitted|removed|skipped|truncated)\)?)[ \t]*$", re.I)
+_AUTOLINK = _Rx(r"\[([^\[\]()\s]+)\]\((?:https?://)?([^()\s]+?)/?\)")
+
+# What starts a log record (after the paste decorations are gone): a wrapped line's continuation never does.
+_RECORD = _Rx(
+    r"(?:\[[^\]]{1,40}\] ?)?[\w.-]+:\d+:\d+ (?:\[\d+\] )?|\[(?:rank|default|[A-Za-z_]+)\d+\]:|\[?\d{4}-\d\d-\d\d"
+    r"|[IWEF]\d{4} \d\d:|Traceback \(most|  File \"|File \"[^\"]+\", line \d|frame #\d+:|terminate called |  what\(\): "
+    r"|\[[IWEF] [\w.]+:\d+\] |[A-Za-z][\w.]*[\d-][\w.-]*: |Exception raised from |[A-Za-z_][\w.]*(?:Error|Exception|Warning|Interrupt|Exit)(?::|$)|NCCL (?:INFO|WARN|version)"
+    r"|Last error:|nccl[A-Z]\w*: |(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)[: ]|\d\d:\d\d:\d\d|[\w./-]+\.(?:cc|cu|h|cpp|c|py):\d+ "
+    r"|\s*\d{1,5}: |\*{3} |={3,}|-{3,}|\$ |\(\w+ pid=")
+# Heads that never start indented in a real log: a stray indent in front of them is the paste's.
+_FLUSH_HEADS = _Rx(
+    r"[ \t]+(?=Last error:|Traceback \(most recent call last\):|NCCL (?:INFO|WARN) |\[rank\d+\]:|\[default\d+\]:"
+    r"|terminate called |[\w.-]+:\d+:\d+ \[\d+\] NCCL |[IWEF]\d{4} \d\d:\d\d:\d\d)")
+_TRACE = _Rx(r"NCCL INFO \S+:\d+(?: \(\w+\))? -> \d")
+_EXC = _Rx(r"[\w.]*(?:Error|Exception|Interrupt)(?::|$)")
+_FRAME = _Rx(r"\s*File \"[^\"]*\", line \d+")
+# ncclResult_t names as torch prints them before "Last error:" (the detail after it may start "ncclSocketInit: ").
+_NCCL_RESULT = _Rx(r"nccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument|InvalidUsage"
+                          r"|RemoteError|InProgress|Timeout): ")
+# An ISO date-time or a glog "I1201 13:53:17.123" head; compared as text (one paste uses one format).
+_TIME = _Rx(r"(?:\d{4}-\d\d-\d\d[ T_]|(?<!\w)[IWEF]\d{4} )\d\d:\d\d:\d\d(?:[.,]\d+)?")
+# A second record glued into a line: another rank's "[rankN]:" or another process's NCCL prefix.
+_GLUED_RANK = _Rx(r"\[rank\d+\]:")
+_TWO_NCCL = _Rx(r" NCCL (?:INFO|WARN) [^\n]* NCCL (?:INFO|WARN) ")
+# Launcher prefixes outside the job's own text (sources.py strips them): kubectl time, srun label, torchrun tag.
+_K8S_TIME = _Rx(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d) ")
+_LAUNCH = _Rx(r"(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d) )?(?: {0,4}\d{1,5}: )?"
+                     r"(?:\[[A-Za-z_][\w-]*?\d+(?:\|\d+)?\]:)?(?:\[rank\d+\]: ?)?")
