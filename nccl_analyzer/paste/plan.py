@@ -10,14 +10,16 @@ from typing import Iterable, Iterator
 
 from .boundary import _rejoin, _unglue
 from .order import _reversed
-from .rx import _AUTOLINK, _ELISION, _FENCE, _FLUSH_HEADS, _GUTTER, _LAUNCH, _LEAD_TAGS, _QUOTE, _SUMMARY, _TRAIL_TAGS
+from .rx import _AUTOLINK, _ELISION, _FENCE, _FLUSH_HEADS, _GUTTER, _LAUNCH, _LEAD_TAGS, _PROSE_QUOTE, _QUOTE, _SUMMARY, \
+    _TRAIL_TAGS
 
 
 #: A paste is normalised in windows of this many lines (reversal and wrap width are per window).
 WINDOW_LINES = 200_000
 
 
-_FLAGS = ("html", "fences", "tags", "quotes", "gutter", "indent", "elisions", "links", "glued", "wrap", "stray")
+_FLAGS = ("html", "fences", "tags", "quotes", "gutter", "indent", "elisions", "links", "glued", "wrap", "stray",
+          "prose")
 
 
 @dataclass(slots=True)
@@ -35,6 +37,7 @@ class Plan:
     glued: bool = False
     wrap: bool = False
     stray: bool = False
+    prose: bool = False  # sentences that quote a whole log line ("I get `[E... file.cpp:N] ...` when ...")
     width: int = 0  # the width a hard wrap cut lines at
     hosts: frozenset[str] = frozenset()  # NCCL host names seen at line starts (where a glued head begins)
     count: int = 0  # lines read so far (sources.iter_source reports it as the source's line count)
@@ -102,6 +105,10 @@ class Plan:
                 s = _unescape(s)
             if self.links and "](" in s:
                 s = _AUTOLINK.sub(_unlink, s)
+            if self.prose and s[:1].isalpha():
+                m = _PROSE_QUOTE.match(s)
+                if m:
+                    s = m.group(2)  # the log line the sentence quotes (evidence keeps the sentence)
             r[1] = s
         if self.gutter:
             _strip_gutter(rows)
