@@ -267,6 +267,19 @@ def prose_counts(text: Text, base: str) -> bool:
     return _LOG_HEAD.match(main_line(tuple(lines))) is not None
 
 
+def needs_file(text: Text, base: str) -> bool:
+    """A WARN pasted as ``NCCL WARN <text>`` whose text several NCCL source files print with different meanings
+    ("Call to accept failed" in bootstrap.cc, net_ib.cc, net_socket.cc): without its ``file:line`` nothing says
+    which one it is, so its canonical verdict cannot be kept (reported apart, not counted as a miss)."""
+    if text.family != "nccl_warn" or base != "warn":
+        return False
+    from nccl_analyzer.messages import load_tables, warn_sources
+
+    body = dict(text.bare)["warn"][0].removeprefix("NCCL WARN ")
+    t = load_tables()
+    return len({t.nccl_warn(f, body) for f in warn_sources(body)}) != 1
+
+
 def lenient(text: Text, base: str, form: str) -> bool:
     """A cell that may be null as well as canonical: prose quoting no whole log line."""
     return form == "prose" and not prose_counts(text, base)
