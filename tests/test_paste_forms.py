@@ -150,3 +150,13 @@ def test_a_raw_log_with_shell_continuation_lines_is_no_quote_paste():
     lines = ["$ torchrun --nproc_per_node 2 \\", "> train.py --epochs 3", "step 1 loss 0.5", "", "done"]
     plan = plan_for(lines)
     assert plan is None or not plan.quotes
+
+
+@pytest.mark.parametrize("line, want", [
+    ("[c10d] The server socket has failed to bind to [::]:38429 (errno: 98 - Address already in use).",
+     "port_conflict"),
+    ("[rank3]:[c10d] The client socket has failed to connect to [node0]:29500 (errno: 111 - Connection refused).",
+     "rendezvous_unreachable"),
+])
+def test_the_c10d_tag_without_its_c10_logger_head_is_read(line, want):
+    assert pf.verdict(line + "\n", RULES)[0] == want
