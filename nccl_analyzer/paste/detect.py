@@ -9,7 +9,7 @@ from typing import Iterable, Iterator
 from .boundary import _unglue, _wrap_width
 from .order import _reversed_text
 from .plan import Plan, _printable
-from .rx import _AUTOLINK, _ELISION, _FENCE, _GUTTER, _PROSE_QUOTE, _Rx
+from .rx import _AUTOLINK, _ELISION, _FENCE, _GUTTER, _PROSE_QUOTE, _QUOTED_HEAD, _Rx
 
 
 #: Bytes of a source's head looked at to decide whether it is a paste.
@@ -91,7 +91,8 @@ def plan_for(lines: list[str]) -> Plan | None:
     # a stray indent before "Last error:" (GitHub keeps one leading space of a re-flowed traceback)
     plan.stray = " " in starts and "\n Last error:" in near or text.startswith(" Last error:")
     # a sentence that quotes a whole log line (a quote mark, then a head only a program writes)
-    plan.prose = any(c in near for c in "\"`\u201c") and _PROSE_QUOTE_NEAR.search(near) is not None
+    plan.prose = len(lines) < _PROSE_LINES and any(c in near for c in "\"`\u201c") \
+        and _QUOTED_HEAD.search(near) is not None and _PROSE_QUOTE_NEAR.search(near) is not None
     decorated = plan.fences or plan.tags or plan.html or plan.quotes or plan.indent or plan.gutter or plan.links \
         or plan.stray or plan.prose
     if decorated or plan.glued:
@@ -111,7 +112,10 @@ def plan_for(lines: list[str]) -> Plan | None:
 # spaces: GitHub renders a 2-space block as text, but people paste log lines so indented between sentences).
 _BLOCK_AFTER_BLANK = _Rx(r"\n[ \t]*\r?\n(?:  +|\t)\S")
 # A gutter that starts at 1 right after a blank line: a numbered block pasted between sentences.
-_GUTTER_AFTER_BLANK = _Rx(r"(?:^|\n)[ \t]*\r?\n[ \t]*1(?: ?\| ?|\t| ?\u2502 ?)")
+_GUTTER_AFTER_BLANK = _Rx(r"\n[ \t]*\r?\n[ \t]*1(?: ?\| ?|\t| ?\u2502 ?)")
+#: Sentences quoting log lines are looked for only in a sample of fewer lines (a paste in prose is short; a raw log's
+#: many quote marks would cost a regex scan on every source).
+_PROSE_LINES = 200
 _PROSE_QUOTE_NEAR = _Rx(r"(?m)^" + _PROSE_QUOTE.pattern)
 #: The multi-character tests of ``plan_for`` read only this much of the sample (they cost a pass each).
 _CLOSE_BYTES = 8 * 1024
