@@ -10,8 +10,8 @@ from typing import Iterable, Iterator
 
 from .boundary import _rejoin, _unglue
 from .order import _reversed
-from .rx import _AUTOLINK, _ELISION, _FENCE, _FLUSH_HEADS, _GUTTER, _LAUNCH, _LEAD_TAGS, _PROSE_QUOTE, _QUOTE, _SUMMARY, \
-    _TRAIL_TAGS
+from .rx import (_AUTOLINK, _ELISION, _FENCE, _FLUSH_HEADS, _GUTTER, _LAUNCH, _LEAD_TAGS, _PROSE_QUOTE, _QUOTE,
+                 _SUMMARY, _TRAIL_TAGS)
 
 
 #: A paste is normalised in windows of this many lines (reversal and wrap width are per window).
