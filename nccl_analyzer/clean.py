@@ -105,6 +105,8 @@ def clean_text(s: str, src: Source, lineno: int, truncated: bool = False) -> Lin
                         t = t[1:]
                     if t[:2] == "> ":
                         t = t[2:]
+                    if t[:7] == "[c10d] ":
+                        t = t[7:]  # (as _clean_full)
                     return Line(src.path, lineno, t, s, int(s[5:j]), src.local_rank, None, truncated)
         elif c not in _VLLM_START and not s.startswith("std"):
             i = s.find("/", 1, 48)
@@ -237,6 +239,8 @@ def _clean_full(s: str, src: Source, lineno: int, truncated: bool = False) -> Li
                     s = s[1:]
         if s[:2] == "> ":
             s = s[2:]  # a Markdown quote marker behind a launcher's / collector's prefix
+        if s[:7] == "[c10d] ":
+            s = s[7:]  # torch's c10d tag left in front when the paste cut the c10 logger head before it
     elif s[:1] in _VLLM_START:
         s, time = _strip_vllm_head(s, time)
     return Line(src.path, lineno, s, raw, rank, local_rank, time, truncated)

@@ -321,6 +321,36 @@ def build_tables(files: Iterable[Path]) -> Tables:
                   caught_quoted_with=tuple(caught.get("quoted_with", ())), sources=tuple(sources))
 
 
+@lru_cache(maxsize=1)
+def _warn_sources() -> tuple[tuple[re.Pattern[str], tuple[str, ...], int], ...]:
+    """messages/nccl_warn_sources.json compiled: (fullmatch regex, files, literal length), most literal first."""
+    path = messages_dir() / "nccl_warn_sources.json"
+    if not path.is_file():
+        return ()
+    import json
+
+    rows = json.loads(path.read_text(encoding="utf-8"))["formats"]
+    out = [(re.compile(rx, re.S), tuple(files), int(n)) for rx, files, n in rows]
+    return tuple(sorted(out, key=lambda t: -t[2]))
+
+
+@lru_cache(maxsize=256)
+def warn_sources(msg: str) -> tuple[str, ...]:
+    """The NCCL source files that print a WARN with this text (the most specific catalogue format that matches it
+    whole; generated from NCCL's sources by benchmarks/warn_sources.py), or () when none does: for a WARN pasted
+    without its ``file:line``."""
+    msg = msg.strip()
+    best = None
+    files: set[str] = set()
+    for rx, fs, n in _warn_sources():
+        if best is not None and n < best:
+            break
+        if rx.fullmatch(msg):
+            best = n
+            files.update(fs)
+    return tuple(sorted(files))
+
+
 @lru_cache(maxsize=8)
 def load_tables(dirs: tuple[str, ...] = ()) -> Tables:
     """The built-in tables, after the user's ``dirs`` (cached per process)."""

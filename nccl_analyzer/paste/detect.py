@@ -9,7 +9,7 @@ from typing import Iterable, Iterator
 from .boundary import _unglue, _word_wrap_width, _wrap_width
 from .order import _reversed_text
 from .plan import Plan, _printable
-from .rx import _AUTOLINK, _ELISION, _FENCE, _GUTTER, _Rx
+from .rx import _AUTOLINK, _ELISION, _FENCE, _GUTTER, _PROSE_QUOTE, _QUOTED_HEAD, _Rx
 
 
 #: Bytes of a source's head looked at to decide whether it is a paste.
@@ -68,15 +68,18 @@ def plan_for(lines: list[str]) -> Plan | None:
     if ">" in starts or " " in starts and "\n >" in near:
         nonempty = [s for s in lines if s.strip()]
         quoted = sum(1 for s in nonempty if s.lstrip(" \t")[:1] == ">")
-        plan.quotes = quoted == len(nonempty) or quoted >= 2 and (quoted * 5 >= len(nonempty) or ">>" in text)
+        plan.quotes = quoted == len(nonempty) or quoted >= 2 and (quoted * 5 >= len(nonempty) or ">>" in text) \
+            or quoted >= 1 and _blocks_in_prose(lines, _is_quoted)
     first = _first_nonempty(lines)
     if first[:1] in " \t" or _BLOCK_AFTER_BLANK.search(near):
         nonempty = nonempty or [s for s in lines if s.strip()]
         indented = sum(1 for s in nonempty if s[:1] in " \t")
-        plan.indent = indented * 10 >= len(nonempty) * 9 or indented >= 2 and _code_blocks_in_prose(lines)
+        plan.indent = indented * 10 >= len(nonempty) * 9 or indented >= 1 and _code_blocks_in_prose(lines)
     if first[:1].isdigit() or first[:1] in " \t" and first.lstrip()[:1].isdigit():
         nonempty = nonempty or [s for s in lines if s.strip()]
         plan.gutter = _has_gutter(nonempty)
+    if not plan.gutter and "1" in near and _GUTTER_AFTER_BLANK.search(near):
+        plan.gutter = _gutter_in_prose(lines)
     # GitHub's auto-links ("[net_ib.cc:101](http://net_ib.cc:101/)") are made in rendered text: quoted or plain
     plan.links = (plan.quotes or plan.indent) and "](http" in near and _AUTOLINK.search(text) is not None
     if text.find("\u2026") >= 0 or "." in starts or "<" in starts or "[" in starts and "\n[..." in near \
@@ -87,8 +90,11 @@ def plan_for(lines: list[str]) -> Plan | None:
         plan.glued = _rank_rank(near)
     # a stray indent before "Last error:" (GitHub keeps one leading space of a re-flowed traceback)
     plan.stray = " " in starts and "\n Last error:" in near or text.startswith(" Last error:")
+    # a sentence that quotes a whole log line (a quote mark, then a head only a program writes)
+    plan.prose = len(lines) < _PROSE_LINES and any(c in near for c in "\"`\u201c") \
+        and _QUOTED_HEAD.search(near) is not None and _PROSE_QUOTE_NEAR.search(near) is not None
     decorated = plan.fences or plan.tags or plan.html or plan.quotes or plan.indent or plan.gutter or plan.links \
-        or plan.stray
+        or plan.stray or plan.prose
     if decorated or plan.glued:
         # a paste may also hold another process's NCCL line written into an unfinished one
         plan.hosts = frozenset(m.group(1) for m in map(_LINE_HOST.match, lines) if m)
@@ -108,8 +114,15 @@ def plan_for(lines: list[str]) -> Plan | None:
     return plan
 
 
-# An indented line right after a blank one (CRLF kept): where a Markdown indented code block may start.
-_BLOCK_AFTER_BLANK = _Rx(r"\n[ \t]*\r?\n(?:    |\t)\S")
+# An indented line right after a blank one (CRLF kept): where a Markdown indented code block may start (2 or more
+# spaces: GitHub renders a 2-space block as text, but people paste log lines so indented between sentences).
+_BLOCK_AFTER_BLANK = _Rx(r"\n[ \t]*\r?\n(?:  +|\t)\S")
+# A gutter that starts at 1 right after a blank line: a numbered block pasted between sentences.
+_GUTTER_AFTER_BLANK = _Rx(r"\n[ \t]*\r?\n[ \t]*1(?: ?\| ?|\t| ?\u2502 ?)")
+#: Sentences quoting log lines are looked for only in a sample of fewer lines (a paste in prose is short; a raw log's
+#: many quote marks would cost a regex scan on every source).
+_PROSE_LINES = 200
+_PROSE_QUOTE_NEAR = _Rx(r"(?m)^" + _PROSE_QUOTE.pattern)
 #: The multi-character tests of ``plan_for`` read only this much of the sample (they cost a pass each).
 _CLOSE_BYTES = 8 * 1024
 #: Lines of the sample that the hard-wrap test reads.
@@ -127,6 +140,35 @@ def _code_blocks_in_prose(lines: list[str]) -> bool:
             return False
         prev = s
     return True
+
+
+def _is_quoted(s: str) -> bool:
+    return s.lstrip(" \t")[:1] == ">"
+
+
+def _blocks_in_prose(lines: list[str], inside) -> bool:
+    """Blocks of lines ``inside`` accepts (quoted ones) between lines of prose: every such run has a blank line (or
+    the sample's edge) on both sides, as Markdown blocks have; a raw log's ``>`` lines (a shell's continuation
+    prompt) touch the lines around them."""
+    prev = ""
+    for s in lines:
+        if s.strip() and prev.strip() and inside(s) != inside(prev):
+            return False
+        prev = s
+    return True
+
+
+def _gutter_in_prose(lines: list[str]) -> bool:
+    """A numbered block between sentences: every run of non-blank lines that starts with a gutter ``1`` is a gutter
+    counting up (``_has_gutter`` on that run alone)."""
+    runs: list[list[str]] = [[]]
+    for s in lines:
+        if s.strip():
+            runs[-1].append(s)
+        elif runs[-1]:
+            runs.append([])
+    blocks = [r for r in runs if r and _GUTTER.match(r[0]) and _GUTTER.match(r[0]).group(1) == "1"]
+    return bool(blocks) and all(_has_gutter(r) for r in blocks)
 
 
 def _rank_rank(text: str) -> bool:

@@ -10,7 +10,8 @@ from typing import Iterable, Iterator
 
 from .boundary import _rejoin, _rejoin_words, _unglue
 from .order import _reversed
-from .rx import _AUTOLINK, _ELISION, _FENCE, _FLUSH_HEADS, _GUTTER, _LAUNCH, _LEAD_TAGS, _QUOTE, _SUMMARY, _TRAIL_TAGS
+from .rx import (_AUTOLINK, _ELISION, _FENCE, _FLUSH_HEADS, _GUTTER, _LAUNCH, _LEAD_TAGS, _PROSE_QUOTE, _QUOTE,
+                 _SUMMARY, _TRAIL_TAGS)
 
 
 #: A paste is normalised in windows of this many lines (reversal and wrap width are per window).
@@ -18,7 +19,7 @@ WINDOW_LINES = 200_000
 
 
 _FLAGS = ("html", "fences", "tags", "quotes", "gutter", "indent", "elisions", "links", "glued", "wrap", "stray",
-          "words")
+          "words", "prose")
 
 
 @dataclass(slots=True)
@@ -37,6 +38,7 @@ class Plan:
     wrap: bool = False
     stray: bool = False
     words: bool = False  # an exception's message word-wrapped (at ``width``): its pieces are joined with a space
+    prose: bool = False  # sentences that quote a whole log line ("I get `[E... file.cpp:N] ...` when ...")
     width: int = 0  # the width a hard wrap cut lines at (or the word wrap broke them at)
     hosts: frozenset[str] = frozenset()  # NCCL host names seen at line starts (where a glued head begins)
     count: int = 0  # lines read so far (sources.iter_source reports it as the source's line count)
@@ -106,6 +108,10 @@ class Plan:
                 s = _unescape(s)
             if self.links and "](" in s:
                 s = _AUTOLINK.sub(_unlink, s)
+            if self.prose and s[:1].isalpha():
+                m = _PROSE_QUOTE.match(s)
+                if m:
+                    s = m.group(2)  # the log line the sentence quotes (evidence keeps the sentence)
             r[1] = s
         if self.gutter:
             _strip_gutter(rows)

@@ -60,7 +60,18 @@ _RECORD = _Rx(
 # Heads that never start indented in a real log: a stray indent in front of them is the paste's.
 _FLUSH_HEADS = _Rx(
     r"[ \t]+(?=Last error:|Traceback \(most recent call last\):|NCCL (?:INFO|WARN) |\[rank\d+\]:|\[default\d+\]:"
-    r"|terminate called |[\w.-]+:\d+:\d+ \[\d+\] NCCL |[IWEF]\d{4} \d\d:\d\d:\d\d)")
+    r"|terminate called |[\w.-]+:\d+:\d+ \[\d+\] NCCL |[IWEF]\d{4} \d\d:\d\d:\d\d"
+    r"|[\w./-]+\.(?:cc|cu|h|hpp|cpp|c):\d+ (?:\([^()\s]*\) )?NCCL (?:INFO|WARN) )")
+# A sentence that quotes a whole log line: a quote mark right before a head only a program writes (NCCL's
+# "host:pid:tid [dev] ", a c10 logger's "[E... file.cpp:N] ", glog's "E0321 02:07:17.456000 pid file.py:N] ",
+# torch's "[rankN]:"). Group 2: the quoted line, up to its closing mark (or the line's end): NCCL's parser would
+# read a quoted NCCL line anyway (any text before the host is a timestamp to it), but with the sentence's tail in
+# its message.
+_LOG_HEAD = (r"(?:[^\s:\[\]\"'`]+:\d+:\d+ \[\d+\] |(?:\[rank\d+\]:)?\[[IWEF][\d :.]*\S+\.(?:cpp|cc|h):\d+\] "
+             r"|[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+\.py:\d+\] |\[rank\d+\]:)")
+_PROSE_QUOTE = _Rx(r"[A-Za-z][^\"`\u201c]{0,80}?([\"`\u201c])(" + _LOG_HEAD + r".*?)(?:\1|\u201d|$)")
+# The cheap first test on a sample: a quote mark right before such a head, anywhere.
+_QUOTED_HEAD = _Rx(r"[\"`\u201c](?=" + _LOG_HEAD + ")")
 _TRACE = _Rx(r"NCCL INFO \S+:\d+(?: \(\w+\))? -> \d")
 _EXC = _Rx(r"[\w.]*(?:Error|Exception|Interrupt)(?::|$)")
 _FRAME = _Rx(r"\s*File \"[^\"]*\", line \d+")
