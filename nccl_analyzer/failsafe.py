@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from .messages import Meaning, Tables, load_tables, warn_sources
+from .messages import Meaning, Tables, load_tables
 from .model import Dismissed, Event, Evidence, Fix, RootCause
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -188,18 +188,9 @@ class ErrorLedger:
         top = f"{frames[0].get('file', '')}:{frames[0].get('function', '')}"
         return top if self.t.caught_goes_on.search(top) else None
 
-    def _by_source(self, msg: str) -> Meaning | None:
-        """A WARN pasted without its ``file:line``: read as printed by the source file(s) NCCL's catalogue says
-        print this text (messages.warn_sources), when they all mean the same; else by its text alone."""
-        metas = {self.t.nccl_warn(f, msg) for f in warn_sources(msg)}
-        if len(metas) == 1:
-            return metas.pop()
-        return self.t.nccl_warn(None, msg)
-
     def _refine(self, entry: Any, meaning: Meaning, ev: Event) -> Meaning:
         if entry.subtable == "nccl":
-            file, msg = ev.fields.get("file"), str(ev.fields.get("msg") or "")
-            m = self.t.nccl_warn(file, msg) if file or not msg else self._by_source(msg)
+            m = self.t.nccl_warn(ev.fields.get("file"), str(ev.fields.get("msg") or ""))  # no file: Tables.source_of
             return m or Meaning("other", None, "nccl:(no entry)", "no entry of messages/nccl.toml matches this WARN")
         if entry.subtable == "text":
             m = self.t.text_line(str(ev.fields.get("family")))

@@ -90,10 +90,6 @@ class Tables:
     # the event field that marks a traceback as text the program printed, not an exception it raised ([caught] quoted)
     caught_quoted: str | None = None
     caught_quoted_with: tuple[str, ...] = ()  # kind globs of the launcher records such a traceback needs in its input
-    # nccl_sources.toml: (the WARN format as a regex, the source file that prints it) for WARNs the table decides only
-    # by their file; a WARN text that arrives without its file is read as printed there (``source_of``)
-    sources: tuple[tuple[re.Pattern[str], str], ...] = ()
-    _source_cache: dict[str, str | None] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     # -- lookups ---------------------------------------------------------------------------------------------
     def nccl_warn(self, file: str | None, msg: str) -> Meaning | None:
@@ -109,16 +105,12 @@ class Tables:
         return None
 
     def source_of(self, msg: str) -> str | None:
-        """The NCCL source file that prints the WARN text ``msg`` (nccl_sources.toml), or None."""
-        if not self.sources or not msg:
+        """The NCCL source file that prints the WARN text ``msg`` (``warn_sources``: the most specific catalogue format
+        matching it whole), when every file that prints it means the same to this table; else None."""
+        files = warn_sources(msg) if msg else ()
+        if len(files) > 1 and len({self.nccl_warn(f, msg) for f in files}) != 1:
             return None
-        key = msg[:300].rstrip()
-        if key in self._source_cache:
-            return self._source_cache[key]
-        found = next((f for rx, f in self.sources if rx.fullmatch(key)), None)
-        if len(self._source_cache) < 4096:
-            self._source_cache[key] = found
-        return found
+        return files[0] if files else None
 
     def message(self, text: str) -> Meaning | None:
         """A free text (an exception message, ``Last error:`` line, error string): the first entry of nccl.toml
@@ -175,21 +167,6 @@ class Tables:
             if m:
                 return e, m
         return None
-
-
-_PRINTF = re.compile(r"%(?:[-+ #0]*)(?:\d+|\*)?(?:\.\d+)?(?:hh|h|ll|l|z|j|t|L)?([diouxXfeEgGcspm%])")
-
-
-def _format_regex(fmt: str) -> re.Pattern[str]:
-    """A printf format as a regex for what it prints (``%s`` any text; used with fullmatch, leading blanks allowed)."""
-    out, i = [r"\s*"], 0
-    for m in _PRINTF.finditer(fmt):
-        out.append(re.escape(fmt[i:m.start()]))
-        c = m[1]
-        out.append("%" if c == "%" else ".*?" if c in "sm" else r"\S" if c == "c" else r"\S+")
-        i = m.end()
-    out.append(re.escape(fmt[i:]))
-    return re.compile("".join(out))
 
 
 def _norm_path(path: str) -> str:
@@ -283,7 +260,6 @@ def build_tables(files: Iterable[Path]) -> Tables:
     progress: set[str] = set()
     caught: dict[str, Any] = {}
     seen: set[str] = set()
-    sources: list[tuple[re.Pattern[str], str]] = []
     for f in files:
         data = _read(f)
         for i, raw in enumerate(data.get("message", []), 1):
@@ -300,10 +276,6 @@ def build_tables(files: Iterable[Path]) -> Tables:
             raise RuleError(f"{f}: keywords must be a list of non-empty strings")
         keywords.extend(kws)
         progress |= set((data.get("progress") or {}).get("kinds", ()))
-        for i, row in enumerate(data.get("sources", []), 1):
-            if not (isinstance(row, list) and len(row) == 2 and all(isinstance(x, str) and x for x in row)):
-                raise RuleError(f"{f}: sources #{i} must be [file, format]")
-            sources.append((_format_regex(row[1]), _norm_path(row[0])))
         caught.update(data.get("caught") or {})
     kw = tuple(dict.fromkeys(keywords))
     return Tables(nccl=tuple(nccl), events=tuple(events), text=tuple(text), formats=tuple(formats), text_keywords=kw,
@@ -318,7 +290,7 @@ def build_tables(files: Iterable[Path]) -> Tables:
                   caught_handled_ids=frozenset(caught.get("handled_ids", ())),
                   caught_goes_on=_compile(caught["goes_on"], "[caught] goes_on") if "goes_on" in caught else None,
                   caught_quoted=caught.get("quoted"),
-                  caught_quoted_with=tuple(caught.get("quoted_with", ())), sources=tuple(sources))
+                  caught_quoted_with=tuple(caught.get("quoted_with", ())),)
 
 
 @lru_cache(maxsize=1)
