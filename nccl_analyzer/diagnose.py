@@ -1,6 +1,7 @@
 """Rule hits + job model -> one root cause, its symptoms and cascade, per-rank roles and a confidence."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -59,7 +60,13 @@ def _lagging(builder: "JobBuilder") -> set[int]:
     return out
 
 
-def _first_failed(builder: "JobBuilder") -> set[int]:
+#: A launcher's per-line tag on a cause line ("[trainer1|5]:", torchrun's --log-line-prefix-template; torchx's
+#: "trainer/1 [1]:", whose replica is a node) that gave the line no global rank: which number is the local rank, on
+#: which node, is unknown.
+_UNREAD_TAG = re.compile(r"\s*(?:[A-Za-z_][\w-]*/\d+ )?\[[^\]\s]*\d[^\]\s]*\]:")
+
+
+def _first_failed(builder: "JobBuilder", evidence: tuple[Evidence, ...] = ()) -> set[int]:
     """The rank torchrun saw fail first, when it failed by itself (an exit status, or SIGABRT: abort() called in
     the process, e.g. std::terminate as gloo / NCCL threads are destroyed after an exception; not a signal sent
     from outside): the best attribution for a root cause whose lines carry no rank (a traceback printed before
@@ -70,7 +77,10 @@ def _first_failed(builder: "JobBuilder") -> set[int]:
             return {r}
     # No failure report (a console-only log, a paste that lost it): the agent's own "failed (exitcode: 1) local_rank:
     # 1" lines. One worker that ended by itself is the culprit, where its global rank is known (on one node, its local
-    # rank: the report then says what the rank rests on); several, or a rank that cannot be told, name none.
+    # rank: the report then says what the rank rests on); several, or a rank that cannot be told, name none. Nor
+    # where the cause's own lines carry a launcher tag no rank was read from (it may say another node's rank).
+    if any(_UNREAD_TAG.match(e.text) for e in evidence):
+        return set()
     own: set[int] = set()
     for ev in getattr(builder, "agent_failed", ()):
         try:
@@ -161,7 +171,7 @@ def diagnose(hits: list[Hit], builder: "JobBuilder") -> Verdict:
     elif not ranks and len(job.ranks) == 1:
         ranks = set(job.ranks)
     if not ranks and not best.victims_only:
-        ranks = _first_failed(builder)
+        ranks = _first_failed(builder, best.evidence)
     conf = best.rule.confidence
     corroborating = {h.rule.id for h in same_tax if h.rule.id != best.rule.id}
     conf += min(0.1, 0.05 * len(corroborating))
