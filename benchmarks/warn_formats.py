@@ -3,9 +3,10 @@ files that print each, so that a WARN pasted without its prefix (the message alo
 peer ... vendor err 129", "Error while creating shared memory segment ...") is still read as that WARN
 (nccl_analyzer/parse/bare_warn.py). Generated from fixtures/reference/nccl_log_formats_history.jsonl, never by hand.
 
-Kept: formats that begin with a word (a format that begins with a conversion, "%s: %s", could be any line) and have
-at least MIN_LETTERS letters of their own text (a short format, "Error : %s", says too little to be NCCL's). Only
-the first line of a format with a newline (its continuation lines are separate lines).
+Kept: formats with at least MIN_LITERAL characters of their own text (a short format, "Error : %s", says too little
+to be NCCL's). Only the first line of a format with a newline (its continuation lines are separate lines). Two
+readers: parse/bare_warn.py (of these, the formats that begin with a word and have 16+ letters) and
+messages.warn_sources (which file prints a WARN text that arrives without its ``file:line``).
 
     python benchmarks/warn_formats.py            # print the counts
     python benchmarks/warn_formats.py --write    # rewrite messages/nccl_warn_formats.json
@@ -22,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 HISTORY = ROOT / "fixtures" / "reference" / "nccl_log_formats_history.jsonl"
 OUT = ROOT / "messages" / "nccl_warn_formats.json"
-MIN_LETTERS = 16
+MIN_LITERAL = 12
 _CONV = re.compile(r"%[-+ #0]*(?:\*|\d+)?(?:\.(?:\*|\d+))?(?:hh|h|ll|l|z|j|t|L|q)?[diouxXeEfgGcspnm]|\{name\}")
 
 
@@ -33,14 +34,14 @@ def build() -> dict:
             if row.get("level") != "WARN":
                 continue
             fmt = row["fmt"].split("\n", 1)[0].strip()
-            letters = sum(c.isalpha() for c in _CONV.sub("", fmt.replace("%%", "")))
-            if letters < MIN_LETTERS or not re.match(r"\[?[A-Za-z]", fmt):
+            if len("".join(_CONV.sub(" ", fmt.replace("%%", "%")).split())) < MIN_LITERAL:
                 continue
             formats.setdefault(fmt, set()).update(f.removeprefix("src/") for f in row["files"])
     return {
         "_about": "NCCL WARN formats (first line), 2.3.5 .. 2.30.7, with the source files that print each; written by "
                   "benchmarks/warn_formats.py from fixtures/reference/nccl_log_formats_history.jsonl. Read by "
-                  "nccl_analyzer/parse/bare_warn.py to recognise a WARN pasted without its prefix.",
+                  "nccl_analyzer/parse/bare_warn.py to recognise a WARN pasted without its prefix and by "
+                  "messages.warn_sources to say which file prints a WARN text.",
         "formats": [[fmt, sorted(files)] for fmt, files in sorted(formats.items())],
     }
 

@@ -295,21 +295,23 @@ def build_tables(files: Iterable[Path]) -> Tables:
 
 @lru_cache(maxsize=1)
 def _warn_sources() -> tuple[tuple[re.Pattern[str], tuple[str, ...], int], ...]:
-    """messages/nccl_warn_sources.json compiled: (fullmatch regex, files, literal length), most literal first."""
-    path = messages_dir() / "nccl_warn_sources.json"
-    if not path.is_file():
-        return ()
+    """The WARN formats of messages/nccl_warn_formats.json as (whole-text regex, files, literal length), most
+    literal first (the compiler of parse/bare_warn.py: one reading of a printf format)."""
     import json
 
-    rows = json.loads(path.read_text(encoding="utf-8"))["formats"]
-    out = [(re.compile(rx, re.S), tuple(files), int(n)) for rx, files, n in rows]
+    from .parse.bare_warn import FORMATS_FILE, format_regex, literal
+    try:
+        rows = json.loads((messages_dir() / FORMATS_FILE).read_text(encoding="utf-8"))["formats"]
+    except (OSError, ValueError, KeyError):
+        return ()
+    out = [(format_regex(fmt), tuple(files), literal(fmt)) for fmt, files in rows]
     return tuple(sorted(out, key=lambda t: -t[2]))
 
 
 @lru_cache(maxsize=256)
 def warn_sources(msg: str) -> tuple[str, ...]:
     """The NCCL source files that print a WARN with this text (the most specific catalogue format that matches it
-    whole; generated from NCCL's sources by benchmarks/warn_sources.py), or () when none does: for a WARN pasted
+    whole; messages/nccl_warn_formats.json, generated from NCCL's catalogue by benchmarks/warn_formats.py), or () when none does: for a WARN pasted
     without its ``file:line``."""
     msg = msg.strip()
     best = None

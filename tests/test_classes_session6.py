@@ -318,7 +318,7 @@ def test_paddle_enforce_not_met_of_a_user_error_is_still_the_application():
 ])
 def test_a_warn_without_its_file_means_what_its_file_would(line, want):
     """NCCL's prefix stripped (or never read): messages/nccl.toml decides these formats by their source file, and
-    messages/nccl_warn_sources.json (generated from the catalogue) says which file prints the text."""
+    messages/nccl_warn_formats.json (generated from the catalogue) says which file prints the text."""
     d, out = _verdict(line + "\n")
     assert d.root_cause is not None and d.root_cause.id == want, out
 

@@ -95,15 +95,6 @@ def test_documentation_prose_that_names_an_error_stays_null(family):
             assert pf.verdict(content, RULES)[0] is None, content
 
 
-def test_the_warn_sources_table_is_generated_from_the_catalogue():
-    import subprocess
-    import sys
-
-    r = subprocess.run([sys.executable, str(pf.ROOT / "benchmarks" / "warn_sources.py"), "--check"],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stdout + r.stderr
-
-
 @pytest.mark.parametrize("line, want", [
     ("NCCL WARN eth0 : eth0 argument is NULL", "invalid_usage"),  # misc/argcheck.cc and its older homes
     ("NCCL WARN Call to ibv_reg_mr failed with error Cannot allocate memory", "ib_rdma"),  # misc/ibvwrap.cc

@@ -5,6 +5,7 @@ not copied from a fixture."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -13,7 +14,7 @@ import pytest
 from nccl_analyzer.analysis import analyze_text
 from nccl_analyzer.engine.loader import load_rules
 from nccl_analyzer.messages import load_tables
-from nccl_analyzer.parse.bare_warn import format_regex, match_bare_warn
+from nccl_analyzer.parse.bare_warn import MIN_LETTERS, format_regex, letters, match_bare_warn
 
 from jobs.jobkit import ROOT
 from test_classification import REF, instantiate
@@ -34,15 +35,20 @@ def test_the_shipped_format_file_is_generated_from_the_catalogue():
     assert r.returncode == 0, "messages/nccl_warn_formats.json is stale: run python benchmarks/warn_formats.py --write"
 
 
+def reads_alone(fmt: str) -> bool:
+    """bare_warn's own filter of the shipped formats: it begins with a word and has MIN_LETTERS letters."""
+    return letters(fmt) >= MIN_LETTERS and re.match(r"\[?[A-Za-z]", fmt) is not None
+
+
 def test_every_shipped_newest_warn_body_alone_is_a_failure_or_dismissed():
-    """Each NCCL 2.30.7 WARN whose format the shipped file holds, pasted as its message alone (no host:pid:tid, no
+    """Each NCCL 2.30.7 WARN whose format the shipped file holds and bare_warn reads alone, pasted as its message alone (no host:pid:tid, no
     file:line, no "NCCL WARN"), gets a root cause citing it, or is dismissed where the table calls it harmless."""
     shipped = {fmt: files for fmt, files in json.loads((ROOT / "messages" / "nccl_warn_formats.json").read_text())["formats"]}
     offenders, n = [], 0
     with open(REF / "nccl_log_formats.jsonl", encoding="utf-8") as fh:
         for row in map(json.loads, fh):
             fmt = row["fmt"].split("\n", 1)[0].strip()
-            if row["level"] != "WARN" or fmt not in shipped:
+            if row["level"] != "WARN" or fmt not in shipped or not reads_alone(fmt):
                 continue
             n += 1
             body = instantiate(fmt).strip()

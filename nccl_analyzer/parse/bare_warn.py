@@ -36,6 +36,20 @@ _ANY = ".*?"
 _KEY = re.compile(r"\[?([A-Za-z]+)")
 
 
+#: A format alone on a line is read as NCCL's only with this many letters of its own text ("Error : %s" is too few).
+MIN_LETTERS = 16
+
+
+def letters(fmt: str) -> int:
+    """The letters of a format's own text (conversions left out)."""
+    return sum(c.isalpha() for c in _CONV.sub("", fmt))
+
+
+def literal(fmt: str) -> int:
+    """The characters of a format's own text, blanks and conversions left out (how specific a format is)."""
+    return len("".join(_CONV.sub(" ", fmt).split()))
+
+
 def format_regex(fmt: str) -> re.Pattern[str]:
     """The pattern a whole message printed by printf format ``fmt`` matches (runs of ``%s`` become one ``.*?``)."""
     out: list[str] = []
@@ -84,8 +98,8 @@ def _index() -> tuple[dict[str, _Formats], dict[str, _Formats], frozenset[str]]:
     prefixed: dict[str, list[tuple[str, str, tuple[str, ...]]]] = {}
     for fmt, files in rows:
         m = _KEY.match(fmt)
-        if m is None:
-            continue
+        if m is None or letters(fmt) < MIN_LETTERS:
+            continue  # a format that begins with a conversion ("%s: %s") or has few letters could be any line
         lead = _lead(fmt)
         words = lead.split()
         if len(lead) < len(fmt) and not fmt[len(lead)].isspace():
