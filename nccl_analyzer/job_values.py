@@ -34,12 +34,12 @@ def _shared(label: str) -> str:
 _VALUES: dict[Any, Any] = {}
 
 
-def _interned(cache: dict, v: Any) -> Any:
-    """The one object ``cache`` holds equal to ``v`` (``v`` itself the first time; bounded: past 65,536 entries a
+def _interned(cache: dict, v: Any, cap: int = 65536) -> Any:
+    """The one object ``cache`` holds equal to ``v`` (``v`` itself the first time; bounded: past ``cap`` entries a
     value is kept as it is)."""
     got = cache.get(v)
     if got is None:
-        if len(cache) < 65536:
+        if len(cache) < cap:
             cache[v] = v
         return v
     return got

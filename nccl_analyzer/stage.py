@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .job_values import _interned
 from .model import Event, Loc, Stage
 from .packed import pack
 
@@ -169,12 +170,7 @@ _TRANSPORT_SETS: dict[frozenset, frozenset] = {}
 
 
 def _transports(got: frozenset) -> frozenset:
-    have = _TRANSPORT_SETS.get(got)
-    if have is None:
-        if len(_TRANSPORT_SETS) < 4096:
-            _TRANSPORT_SETS[got] = got
-        return got
-    return have
+    return _interned(_TRANSPORT_SETS, got, 4096)  # one object per distinct set of transports
 
 
 class StageTracker:
