@@ -7,6 +7,7 @@ from datetime import datetime
 from collections.abc import Iterator, MutableMapping
 from typing import Any
 
+from .intern import interned
 from .model import Event, Evidence
 
 #: Entries kept per rank timeline; processes (pids, hosts) and communicators remembered at most.
@@ -34,15 +35,6 @@ def _shared(label: str) -> str:
 _VALUES: dict[Any, Any] = {}
 
 
-def _interned(cache: dict, v: Any, cap: int = 65536) -> Any:
-    """The one object ``cache`` holds equal to ``v`` (``v`` itself the first time; bounded: past ``cap`` entries a
-    value is kept as it is)."""
-    got = cache.get(v)
-    if got is None:
-        if len(cache) < cap:
-            cache[v] = v
-        return v
-    return got
 
 
 def _shared_value(v: Any) -> Any:
@@ -50,12 +42,12 @@ def _shared_value(v: Any) -> Any:
     same op, sizes and timeout)."""
     if v.__class__ is not int and (v.__class__ is not str or len(v) > 64):
         return v
-    return _interned(_VALUES, v)
+    return interned(_VALUES, v)
 
 
 def _shared_time(t: str | None) -> str | None:
     """One string object per distinct timeline time."""
-    return None if t is None else _interned(_TIMES, t)
+    return None if t is None else interned(_TIMES, t)
 
 
 _HEADS: dict[Any, Any] = {}  # timeline entries' (kind, path, what), one tuple per distinct one
@@ -83,7 +75,7 @@ class Timelines:
         flat = self._flat.get(r)
         if flat is None:
             flat = self._flat[r] = []
-        head = _interned(_HEADS, (kind, path, what))
+        head = interned(_HEADS, (kind, path, what))
         if len(flat) < 3 * TIMELINE_CAP:
             flat += (head, line, time)
         elif replace_last:
@@ -126,7 +118,7 @@ class RecordTable(MutableMapping):
         return dict(zip(row[0], row[1:]))
 
     def __setitem__(self, key: Any, value: dict[str, Any]) -> None:
-        self._rows[key] = (_interned(_FIELD_NAMES, tuple(value)), *value.values())
+        self._rows[key] = (interned(_FIELD_NAMES, tuple(value)), *value.values())
 
     def __delitem__(self, key: Any) -> None:
         del self._rows[key]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .job_values import _interned
+from .intern import interned
 from .model import Event, Loc, Stage
 from .packed import pack
 
@@ -170,7 +170,7 @@ _TRANSPORT_SETS: dict[frozenset, frozenset] = {}
 
 
 def _transports(got: frozenset) -> frozenset:
-    return _interned(_TRANSPORT_SETS, got, 4096)  # one object per distinct set of transports
+    return interned(_TRANSPORT_SETS, got, 4096)  # one object per distinct set of transports
 
 
 class StageTracker:

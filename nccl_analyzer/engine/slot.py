@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any, Iterator
 
+from ..intern import interned
 from ..model import Event
 from .loader import Rule
 from .match import Selector
@@ -31,12 +32,7 @@ _SHARE_LEN = 64
 
 
 def _share(v: Any) -> Any:
-    got = _SHARED.get(v)
-    if got is None:
-        if len(_SHARED) < _SHARED_CAP:
-            _SHARED[v] = v
-        return v
-    return got
+    return interned(_SHARED, v, _SHARED_CAP)
 
 
 #: A slot's ``KeyCounts`` turns from a dict into a byte per key index once it holds this many keys, when their
