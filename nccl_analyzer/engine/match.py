@@ -146,6 +146,39 @@ class Selector:
         return caps
 
 
+def body_need(sel: Selector) -> frozenset[str] | None:
+    """The literals one of which an event's ``body`` must contain for ``sel`` to accept it (its first ``~regex``
+    test on ``body`` fails without one: ``FieldTest.check``'s prefilter), or None when no test says."""
+    for t in sel.tests:
+        if t.op == "re" and t.field == "body" and t.need is not None:
+            return frozenset(t.need)
+    return None
+
+
+class KindDispatch:
+    """The slots whose kind globs accept one event kind (in the matcher's order), with their body prefilters
+    merged: each literal any of them needs is looked for in an event's body once, and only the slots one of whose
+    literals is there (or that need none) are tested. The same slots accept the same events as testing them all."""
+
+    __slots__ = ("slots", "_gates", "_lits")
+
+    def __init__(self, slots: list[Any]):
+        self.slots = slots
+        self._gates = [body_need(sl.selector) for sl in slots]
+        self._lits = tuple(sorted({x for g in self._gates if g is not None for x in g}))
+
+    def select(self, ev: Event, memo: dict[str, Any]) -> list[Any]:
+        """The slots worth testing ``ev`` against (``memo``: the event's virtual fields, shared with the tests)."""
+        lits = self._lits
+        if not lits:
+            return self.slots
+        body = memo["body"] if "body" in memo else field_value(ev, "body", memo)
+        present = {x for x in lits if x in body}
+        if not present:
+            return [sl for sl, g in zip(self.slots, self._gates) if g is None]
+        return [sl for sl, g in zip(self.slots, self._gates) if g is None or not g.isdisjoint(present)]
+
+
 def _compile_test(name: str, value: Any) -> FieldTest:
     if isinstance(value, list):
         if not value:
