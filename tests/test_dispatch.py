@@ -55,10 +55,11 @@ def test_body_need_is_the_body_regex_prefilter() -> None:
 @pytest.mark.parametrize("chunk", range(3))
 def test_the_dispatch_offers_every_slot_that_accepts_an_event(matcher: Matcher, chunk: int) -> None:
     tested = offered_less = 0
+    dispatch: dict[str, KindDispatch] = {}  # one per kind across the cases, as in a run (its body shapes remembered)
     for case in CASES[chunk::12]:  # (a quarter of the cases, in three parts)
         for ev in _events(case):
             slots = matcher._slots_for(ev.kind)
-            d = KindDispatch(slots)
+            d = dispatch.get(ev.kind) or dispatch.setdefault(ev.kind, KindDispatch(slots))
             memo: dict = {}
             offered = {id(sl) for sl in d.select(ev, memo)}
             for sl in slots:
@@ -67,6 +68,20 @@ def test_the_dispatch_offers_every_slot_that_accepts_an_event(matcher: Matcher, 
                 assert not ok or id(sl) in offered, (case.name, ev.kind, ev.line, sl.selector)
             offered_less += len(offered) < len(slots)
     assert tested > 0 and offered_less > 0  # slots accepted events, and the dispatch left some out: both ran
+
+
+def test_a_body_shape_remembers_only_digit_free_literals(matcher: Matcher) -> None:
+    # two texts of one shape (they differ in digits): a literal with a digit is looked for in each
+    from nccl_analyzer.model import Event
+    d = KindDispatch(matcher._slots_for("torch.elastic.signal"))
+    assert any(any(c.isdigit() for c in x) for x in d._lits)
+    rule = "elastic-child-sigkill"
+    ids = []
+    for sig in ("9", "15", "9"):
+        ev = Event("torch.elastic.signal", "x.log", 1, f"Signal {sig} (SIGKILL) received by PID 4121")
+        ids.append({matcher._slot_state[id(sl)].rule.id for sl in d.select(ev, {})})
+    assert len(d._shapes) == 1
+    assert rule in ids[0] and rule not in ids[1] and ids[2] == ids[0]
 
 
 def test_a_new_rule_for_any_text_is_offered_its_events(tmp_path: Path) -> None:
