@@ -13,6 +13,7 @@ from nccl_analyzer.analysis import Analyzer, hits_for_text
 from nccl_analyzer.engine.loader import load_rules
 from nccl_analyzer.engine.match import KindDispatch, body_need, compile_selector
 from nccl_analyzer.engine.run import Matcher
+from nccl_analyzer.sources import expand_inputs
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = sorted(p for p in (ROOT / "fixtures" / "cases").iterdir() if (p / "label.json").exists())
@@ -30,7 +31,6 @@ class _Recorder(Analyzer):
 
 def _events(case: Path) -> list:
     a = _Recorder()
-    from nccl_analyzer.sources import expand_inputs
     srcs = expand_inputs([str(case)])
     a.add_sources(srcs)
     for s in srcs:
