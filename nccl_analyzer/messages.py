@@ -293,33 +293,57 @@ def build_tables(files: Iterable[Path]) -> Tables:
                   caught_quoted_with=tuple(caught.get("quoted_with", ())),)
 
 
+#: A format's head: its own text up to its first blank (the pattern lets blanks vary), conversion or brace. A message
+#: of that format starts with it (``format_regex`` begins with the head, escaped).
+_HEAD = re.compile(r"[^\s%{]*")
+#: Formats are looked up by the first this many characters of their head (those with a shorter head: always tried).
+_HEAD_KEY = 3
+
+_WarnFormat = tuple[str, tuple[str, ...], int, str]  # (format, files, literal length, head)
+
+
 @lru_cache(maxsize=1)
-def _warn_sources() -> tuple[tuple[re.Pattern[str], tuple[str, ...], int], ...]:
-    """The WARN formats of messages/nccl_warn_formats.json as (whole-text regex, files, literal length), most
-    literal first (the compiler of parse/bare_warn.py: one reading of a printf format)."""
+def _warn_sources() -> tuple[tuple[_WarnFormat, ...], dict[str, tuple[int, ...]], tuple[int, ...]]:
+    """The WARN formats of messages/nccl_warn_formats.json as (format, files, literal length, head), most literal
+    first; by the first ``_HEAD_KEY`` characters of a head, the indexes (in that order) of the formats with that head
+    key or a shorter head; and those of the shorter heads alone. The patterns are parse/bare_warn.py's (one reading
+    of a printf format), each compiled when a message first needs it."""
     import json
 
-    from .parse.bare_warn import FORMATS_FILE, format_regex, literal
+    from .parse.bare_warn import FORMATS_FILE, literal
     try:
         rows = json.loads((messages_dir() / FORMATS_FILE).read_text(encoding="utf-8"))["formats"]
     except (OSError, ValueError, KeyError):
-        return ()
-    out = [(format_regex(fmt), tuple(files), literal(fmt)) for fmt, files in rows]
-    return tuple(sorted(out, key=lambda t: -t[2]))
+        return (), {}, ()
+    out = sorted(((fmt, tuple(files), literal(fmt)) for fmt, files in rows), key=lambda t: -t[2])
+    formats = tuple((fmt, files, n, _HEAD.match(fmt).group(0)) for fmt, files, n in out)  # type: ignore[union-attr]
+    by_key: dict[str, list[int]] = {}
+    short: list[int] = []
+    for i, f in enumerate(formats):
+        if len(f[3]) >= _HEAD_KEY:
+            by_key.setdefault(f[3][:_HEAD_KEY], []).append(i)
+        else:
+            short.append(i)
+    return formats, {k: tuple(sorted(v + short)) for k, v in by_key.items()}, tuple(short)
 
 
 @lru_cache(maxsize=256)
 def warn_sources(msg: str) -> tuple[str, ...]:
     """The NCCL source files that print a WARN with this text (the most specific catalogue format that matches it
     whole; messages/nccl_warn_formats.json, generated from NCCL's catalogue by benchmarks/warn_formats.py), or () when none does: for a WARN pasted
-    without its ``file:line``."""
+    without its ``file:line``. Only the formats whose head the text starts with are tried (the others cannot match
+    it whole), in the table's order."""
+    from .parse.bare_warn import _compiled
+
     msg = msg.strip()
+    formats, by_key, short = _warn_sources()
     best = None
     files: set[str] = set()
-    for rx, fs, n in _warn_sources():
+    for i in by_key.get(msg[:_HEAD_KEY], short):
+        fmt, fs, n, head = formats[i]
         if best is not None and n < best:
             break
-        if rx.fullmatch(msg):
+        if msg.startswith(head) and _compiled(fmt).fullmatch(msg):
             best = n
             files.update(fs)
     return tuple(sorted(files))

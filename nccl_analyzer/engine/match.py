@@ -146,6 +146,61 @@ class Selector:
         return caps
 
 
+def body_need(sel: Selector) -> frozenset[str] | None:
+    """The literals one of which an event's ``body`` must contain for ``sel`` to accept it (its first ``~regex``
+    test on ``body`` fails without one: ``FieldTest.check``'s prefilter), or None when no test says."""
+    for t in sel.tests:
+        if t.op == "re" and t.field == "body" and t.need is not None:
+            return frozenset(t.need)
+    return None
+
+
+#: Digit runs, for the shape of a body (every rank's copy of one message differs in its numbers only).
+_DIGITS = re.compile(r"\d+")
+#: Body shapes whose literals a dispatch remembers (per kind; past this many it starts over), and the longest body
+#: it remembers one of.
+SHAPES_CAP = 64
+SHAPE_LEN = 4096
+
+
+class KindDispatch:
+    """The slots whose kind globs accept one event kind (in the matcher's order), with their body prefilters
+    merged: each literal any of them needs is looked for in an event's body once, and only the slots one of whose
+    literals is there (or that need none) are tested. The same slots accept the same events as testing them all.
+
+    Which digit-free literals a body holds is remembered by its shape (its digit runs each made one ``0``): such a
+    literal is in a body exactly when it is in the body's shape (it lies between two digit runs of both)."""
+
+    __slots__ = ("slots", "_gates", "_lits", "_plain", "_digits", "_shapes")
+
+    def __init__(self, slots: list[Any]):
+        self.slots = slots
+        self._gates = [body_need(sl.selector) for sl in slots]
+        self._lits = tuple(sorted({x for g in self._gates if g is not None for x in g}))
+        self._plain = tuple(x for x in self._lits if not _DIGITS.search(x))
+        self._digits = tuple(x for x in self._lits if _DIGITS.search(x))
+        self._shapes: dict[str, frozenset[str]] = {}
+
+    def select(self, ev: Event, memo: dict[str, Any]) -> list[Any]:
+        """The slots worth testing ``ev`` against (``memo``: the event's virtual fields, shared with the tests)."""
+        if not self._lits:
+            return self.slots
+        body = memo["body"] if "body" in memo else field_value(ev, "body", memo)
+        if len(body) > SHAPE_LEN:
+            present = {x for x in self._lits if x in body}
+        else:
+            shape = _DIGITS.sub("0", body)
+            plain = self._shapes.get(shape)
+            if plain is None:
+                if len(self._shapes) >= SHAPES_CAP:
+                    self._shapes.clear()
+                plain = self._shapes[shape] = frozenset(x for x in self._plain if x in shape)
+            present = plain.union(x for x in self._digits if x in body) if self._digits else plain
+        if not present:
+            return [sl for sl, g in zip(self.slots, self._gates) if g is None]
+        return [sl for sl, g in zip(self.slots, self._gates) if g is None or not g.isdisjoint(present)]
+
+
 def _compile_test(name: str, value: Any) -> FieldTest:
     if isinstance(value, list):
         if not value:

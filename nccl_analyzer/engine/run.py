@@ -8,6 +8,7 @@ from ..packed import FULL_KEEP, pack
 from .fix import RENAMED_ENV, make_fix, render_template, render_title  # noqa: F401  (re-exported)
 from .hit import EVIDENCE_CAP, Hit, group_hit, key_line, quote  # noqa: F401  (re-exported)
 from .loader import Rule
+from .match import KindDispatch
 from .slot import _NO_CAPS, CAP_KEYS, CAP_PER_KEY, _RuleState, _Slot, none_record  # noqa: F401  (re-exported)
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -32,6 +33,7 @@ class Matcher:
         self._states = [_RuleState(r, [_Slot(part, i, s, self._keys) for part in ("all", "any", "none")
                                        for i, s in enumerate(getattr(r.match, part))]) for r in self.rules]
         self._by_kind: dict[str, list[_Slot | None]] = {}
+        self._dispatch: dict[str, KindDispatch] = {}  # kind -> its slots and their merged body prefilter (match.py)
         self._slot_state: dict[int, _RuleState] = {}
         for st in self._states:
             for sl in st.slots:
@@ -57,11 +59,16 @@ class Matcher:
         """Test one event against every selector whose kind glob accepts it (``packed``: the same event packed,
         when it came so: held instead of packing it again)."""
         self.seq += 1
-        slots = self._slots_for(ev.kind)
-        if not slots:
+        d = self._dispatch.get(ev.kind)
+        if d is None:
+            d = KindDispatch(self._slots_for(ev.kind))
+            if len(self._dispatch) < 100000:
+                self._dispatch[ev.kind] = d
+        if not d.slots:
             self.held_last = None
             return
         memo: dict[str, Any] = {}
+        slots = d.select(ev, memo)
         key = kid = None
         took: list[tuple[_Slot, _RuleState, dict[str, Any]]] = []
         for sl in slots:
@@ -128,6 +135,7 @@ class Matcher:
         for kind, lst in self._by_kind.items():
             if any(id(sl) in gone for sl in lst):
                 self._by_kind[kind] = [sl for sl in lst if id(sl) not in gone]
+        self._dispatch.clear()  # (rebuilt from ``_by_kind`` as kinds come)
 
     # -- evaluation ------------------------------------------------------------------------------------------------
     def hits(self, builder: "JobBuilder", roles: tuple[str, ...] | None = None,
