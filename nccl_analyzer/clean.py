@@ -53,7 +53,8 @@ _SRUN = re.compile(r" {0,4}(\d{1,5}): ")
 #   ERROR 04-07 00:57:46 ray_utils.py:45]   vLLM's per-line logger head (also "[file.py:45] ", v0.8+)
 #   (head, rank=0, pid=2514) / (worker1, rank=1, pid=2388, ip=10.0.0.2) / (task, pid=18593)
 #                                     SkyPilot's per-node tee of a task's output (a comma after the node name)
-_RAY = re.compile(r"\((?:[A-Za-z_][\w.:-]*(?:,? (?:rank=\d+, )?pid=\d+(?:, ip=[\w.:-]+)?)?|pid=\d+(?:, ip=[\w.:-]+)?)\) ?")
+#   (VllmWorker rank=7 pid=240)       vLLM's multiproc executor (v1: _add_prefix(f"VllmWorker rank={rank}", pid))
+_RAY = re.compile(r"\((?:[A-Za-z_][\w.:-]*(?:,? (?:rank=\d+,? )?pid=\d+(?:, ip=[\w.:-]+)?)?|pid=\d+(?:, ip=[\w.:-]+)?)\) ?")
 #   " [36m(RayWorkerVllm pid=5085) [0m"  colour codes whose ESC byte the paste lost (GitHub drops it): Ray's
 #                                     log monitor colours its prefix, so what is left of the code goes with it
 _BARE_SGR = re.compile(r" ?\[\d{1,3}(?:;\d{1,3})*m")
