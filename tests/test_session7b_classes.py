@@ -33,3 +33,63 @@ def test_vllm_v1_worker_prefix_is_stripped_like_rays():
     group the block by: only with the prefix stripped is the "Last error:" block read the "Last error:" block is read and the OOM is named."""
     rc = _rc(VLLM_V1_OOM)
     assert rc is not None and rc.id == "cuda_oom"
+
+
+# -- ESC in caret notation ("^[") before a glog head ---------------------------------------------------------------
+def test_a_caret_escape_before_a_c10_head_is_dropped():
+    """A terminal echoes an escape it does not interpret as "^[": "^[[E socket.cpp:N] [c10d] ..." is c10's
+    "[E ...]" head behind it, and the store connect timeout under it is read."""
+    log = ("INFO 05-02 10:11:12 selector.py:15] Using XFormers backend.\n"
+           "^[[0m^[[E socket.cpp:957] [c10d] The client socket has timed out after 900s while trying to connect to "
+           "(10.1.2.3, 29500).\n")
+    rc = _rc(log)
+    assert rc is not None and rc.id == "rendezvous_unreachable"
+
+
+def test_a_caret_colour_code_alone_is_no_text():
+    from nccl_analyzer.clean import printable
+    assert printable("^[[31mERROR^[[0m: boom ^[[K") == "ERROR: boom "
+    assert printable("^[[E socket.cpp:1] x") == "[E socket.cpp:1] x"
+
+
+# -- a log viewer's table with the row expanded: "| <time><msg> | <msg>" ----------------------------------------------
+def test_a_cloudwatch_row_glued_and_doubled_is_read_once():
+    """AWS CloudWatch's console, a row expanded and copied: the time stamp glued to the message, then the message
+    column again. The record is read as the program wrote it (here torch's watchdog line, whose "[rank1]:" head
+    only counts at a line's start)."""
+    row = ("[rank1]:[E1103 08:10:00.000000000 ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught collective operation "
+           "timeout: WorkNCCL(SeqNum=42, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600012 "
+           "milliseconds before timing out.")
+    log = ("  | 2025-03-01T08:00:00.100Z | [rank1]:[I1103 08:00:00.000000000 ProcessGroupNCCL.cpp:900] [PG 0 Rank 1] "
+           "ProcessGroupNCCL initialization options: size: 2\n"
+           f"  | 2025-03-01T08:10:00.020Z{row} | {row}\n")
+    d = analyze_text(log, rules=RULES)
+    assert d.root_cause is not None and d.root_cause.id == "watchdog_timeout"
+    assert not d.root_cause.rule.startswith("failsafe")
+
+
+# -- libfabric's own warn / error lines -------------------------------------------------------------------------
+LIBFABRIC_END = """\
+ip-10-0-1-5:201:201 [0] NCCL INFO Bootstrap : Using ens5:10.0.1.5<0>
+ip-10-0-1-5:201:201 [0] NCCL INFO cudaDriverVersion 12020
+NCCL version 2.19.3+cuda12.2
+libfabric:207:1712000000::efa:core:efa_device_list_initialize():82<warn> No EFA device found
+libfabric:207:1712000000::core:core:fi_getinfo_():1338<warn> fi_getinfo: provider efa output empty list
+"""
+
+
+def test_a_log_ending_on_a_libfabric_warn_is_the_fabric():
+    rc = _rc(LIBFABRIC_END)
+    assert rc is not None and rc.id == "ib_rdma"
+
+
+def test_a_libfabric_warn_the_job_got_past_is_dismissed():
+    """The same warn, then NCCL connecting its rings and finishing init in the same process: not the failure."""
+    log = LIBFABRIC_END + (
+        "ip-10-0-1-5:201:215 [0] NCCL INFO NET/OFI Selected Provider is tcp\n"
+        "ip-10-0-1-5:201:215 [0] NCCL INFO Channel 00/02 :    0   1\n"
+        "ip-10-0-1-5:201:215 [0] NCCL INFO Connected all rings\n"
+        "ip-10-0-1-5:201:215 [0] NCCL INFO comm 0x55d0 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 10 commId 0x1a - Init COMPLETE\n")
+    d = analyze_text(log, rules=RULES)
+    assert d.root_cause is None
+    assert any("libfabric" in e.text for g in d.dismissed for e in g.evidence)
