@@ -93,3 +93,29 @@ def test_a_libfabric_warn_the_job_got_past_is_dismissed():
     d = analyze_text(log, rules=RULES)
     assert d.root_cause is None
     assert any("libfabric" in e.text for g in d.dismissed for e in g.evidence)
+
+
+# -- text copied out of a URL: every space "%20" ------------------------------------------------------------------
+@pytest.mark.parametrize("line, want", [
+    ("/opt/conda/lib/python3.10/site-packages/torch/lib/libtorch_cuda.so:%20undefined%20symbol:%20ncclCommWindowRegister",
+     "version_mismatch"),
+    ("torch.distributed.DistBackendError:%20NCCL%20error%20in:%20/pytorch/torch/csrc/distributed/c10d/NCCLUtils.hpp:317,"
+     "%20unhandled%20system%20error%20(run%20with%20NCCL_DEBUG=INFO%20for%20details),%20NCCL%20version%202.20.5%0A"
+     "ncclSystemError:%20System%20call%20(e.g.%20socket,%20malloc)%20or%20external%20library%20call%20failed%20or%20"
+     "device%20error.%20%0ALast%20error:%0ANET/IB%20:%20No%20device%20found.", "ib_rdma"),
+])
+def test_a_url_encoded_error_line_is_read_decoded(line, want, tmp_path):
+    """A paste is undone where a source is read (sources -> paste), so these go through a file."""
+    from nccl_analyzer.analysis import analyze
+    p = tmp_path / "issue.txt"
+    p.write_text(line + "\n")
+    d = analyze([str(p)])
+    assert d.root_cause is not None and d.root_cause.id == want
+    assert not d.root_cause.rule.startswith("failsafe")
+    assert "%20" in d.root_cause.evidence[0].text  # the evidence quotes the line as pasted
+
+
+def test_percent_signs_in_plain_text_are_not_decoded():
+    from nccl_analyzer.paste import plan_for
+    assert plan_for(["Epoch 1: 50%|#####     | 50/100 [00:10<00:10, 5.00it/s]", "loss%20 is a name"]) is None \
+        or not plan_for(["Epoch 1: 50%|#####     | 50/100 [00:10<00:10, 5.00it/s]", "loss%20 is a name"]).urlenc

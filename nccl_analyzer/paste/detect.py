@@ -61,6 +61,9 @@ def plan_for(lines: list[str]) -> Plan | None:
     if text.find("&") >= 0:
         plan.html = "&lt;" in text or "&gt;" in text or "&quot;" in text and '"' not in text \
             or ("&#39;" in text or "&#x27;" in text) and "'" not in text
+    if text.find("%") >= 0 and "%20" in text:
+        # text copied out of a URL: its lines hold no literal space (a progress bar's "50% " does)
+        plan.urlenc = any("%20" in s and " " not in s.strip() for s in lines)
     if plan.fences or plan.html or "<" in starts:
         low = text.lower()
         plan.tags = any(t in low for t in _TAG_MARKS)
@@ -94,7 +97,7 @@ def plan_for(lines: list[str]) -> Plan | None:
     plan.prose = len(lines) < _PROSE_LINES and any(c in near for c in "\"`\u201c") \
         and _QUOTED_HEAD.search(near) is not None and _PROSE_QUOTE_NEAR.search(near) is not None
     decorated = plan.fences or plan.tags or plan.html or plan.quotes or plan.indent or plan.gutter or plan.links \
-        or plan.stray or plan.prose
+        or plan.stray or plan.prose or plan.urlenc
     if decorated or plan.glued:
         # a paste may also hold another process's NCCL line written into an unfinished one
         plan.hosts = frozenset(m.group(1) for m in map(_LINE_HOST.match, lines) if m)
