@@ -119,3 +119,30 @@ def test_percent_signs_in_plain_text_are_not_decoded():
     from nccl_analyzer.paste import plan_for
     assert plan_for(["Epoch 1: 50%|#####     | 50/100 [00:10<00:10, 5.00it/s]", "loss%20 is a name"]) is None \
         or not plan_for(["Epoch 1: 50%|#####     | 50/100 [00:10<00:10, 5.00it/s]", "loss%20 is a name"]).urlenc
+
+
+# -- misc/cudawrap.cc: an entry point found, its status left unset ------------------------------------------------
+CUDAWRAP_HEAD = """\
+gpu-node-7:9011:9011 [0] NCCL INFO Bootstrap : Using ens3:10.4.0.7<0>
+gpu-node-7:9011:9011 [0] NCCL INFO cudaDriverVersion 12020
+gpu-node-7:9011:9011 [0] misc/cudawrap.cc:188 NCCL WARN Retrieve cuDeviceGet failed with 0 status {status}
+gpu-node-7:9011:9011 [0] misc/cudawrap.cc:246 NCCL WARN CUDA some PFN functions not found in the library
+NCCL version 2.20.5+cuda12.2
+gpu-node-7:9011:9011 [0] NCCL INFO Comm config Blocking set to 1
+gpu-node-7:9012:9012 [1] NCCL INFO cudaDriverVersion 12020
+"""
+
+
+def test_an_entry_point_whose_status_is_garbage_is_harmless():
+    """cudaGetDriverEntryPoint returned cudaSuccess (0) and left driverStatus unset (not 0, 1 or 2): NCCL loaded
+    the function and goes on; the summary WARN after it says nothing of its own."""
+    d = analyze_text(CUDAWRAP_HEAD.format(status=21845), rules=RULES)
+    assert d.root_cause is None
+    assert len([e for g in d.dismissed for e in g.evidence]) == 2
+
+
+@pytest.mark.parametrize("status", ["1", "2"])
+def test_an_entry_point_really_not_found_stays_a_failure(status):
+    """status 1 / 2 (symbol not found / version not sufficient) is a real miss: not dismissed."""
+    rc = _rc(CUDAWRAP_HEAD.format(status=status))
+    assert rc is not None and rc.id == "cuda_error"
