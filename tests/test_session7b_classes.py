@@ -146,3 +146,42 @@ def test_an_entry_point_really_not_found_stays_a_failure(status):
     """status 1 / 2 (symbol not found / version not sufficient) is a real miss: not dismissed."""
     rc = _rc(CUDAWRAP_HEAD.format(status=status))
     assert rc is not None and rc.id == "cuda_error"
+
+
+# -- a SIGABRT whose stack runs through ProcessGroupNCCL's watchdog thread -----------------------------------------
+WATCHDOG_STACK_C10 = """\
+frame #3: c10d::ProcessGroupNCCL::watchdogHandler() + 0x1a4 (0x7f0c1d2a1b34 in /usr/local/lib/python3.11/dist-packages/torch/lib/libtorch_cuda.so)
+frame #4: c10d::ProcessGroupNCCL::ncclCommWatchdog() + 0x12c (0x7f0c1d2a2e1c in /usr/local/lib/python3.11/dist-packages/torch/lib/libtorch_cuda.so)
+frame #5: <unknown function> + 0xdc253 (0x7f0c5e8dc253 in /lib/x86_64-linux-gnu/libstdc++.so.6)
+frame #6: <unknown function> + 0x94ac3 (0x7f0c60894ac3 in /lib/x86_64-linux-gnu/libc.so.6)
+
+E0301 12:00:00.123000 4711 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: -6) local_rank: 3 (pid: 4715) of binary: /usr/bin/python
+"""
+
+WATCHDOG_STACK_SYMBOLS = """\
+(TrainWorker pid=2201, ip=10.0.0.4) /opt/venv/lib/python3.12/site-packages/torch/lib/libtorch_cuda.so(+0x11a0c3f) [0x7fa21c9a0c3f] c10d::ProcessGroupNCCL::Watchdog::run()
+(TrainWorker pid=2201, ip=10.0.0.4) /lib/x86_64-linux-gnu/libc.so.6(clone+0x44) [0x7fa2610a5a04] __clone
+(TrainWorker pid=2201, ip=10.0.0.4) *** SIGABRT received at time=1750000000 on cpu 3 ***
+(TrainWorker pid=2201, ip=10.0.0.4) PC: @     0x7fa2610169fc  (unknown)  pthread_kill
+"""
+
+
+@pytest.mark.parametrize("log", [WATCHDOG_STACK_C10, WATCHDOG_STACK_SYMBOLS], ids=["c10-frames-torchrun", "symbols-absl"])
+def test_an_abort_from_the_watchdog_thread_is_the_watchdog(log):
+    rc = _rc(log)
+    assert rc is not None and rc.id == "watchdog_timeout" and rc.rule == "crash-abort-watchdog-thread"
+
+
+def test_an_abort_on_another_thread_stays_the_generic_abort():
+    log = WATCHDOG_STACK_SYMBOLS.replace("c10d::ProcessGroupNCCL::Watchdog::run()", "myext::Loader::worker()")
+    rc = _rc(log)
+    assert rc is not None and rc.rule == "crash-abort"
+
+
+def test_a_watchdog_thread_in_a_profiler_dump_is_no_error_line():
+    """py-spy's dump of a live job lists the watchdog thread too (no "frame #N:", no "(+0x..) [0x..]"): not a crash."""
+    log = ("Thread 4715 (idle): \"MainThread\"\n"
+           "    c10d::ProcessGroupNCCL::ncclCommWatchdog (libtorch_cuda.so)\n"
+           "    execute_native_thread_routine (libstdc++.so.6.0.30)\n")
+    d = analyze_text(log, rules=RULES)
+    assert d.root_cause is None
