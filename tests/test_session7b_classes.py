@@ -185,3 +185,21 @@ def test_a_watchdog_thread_in_a_profiler_dump_is_no_error_line():
            "    execute_native_thread_routine (libstdc++.so.6.0.30)\n")
     d = analyze_text(log, rules=RULES)
     assert d.root_cause is None
+
+
+# -- a paste that lost its line breaks: NCCL records run together on one line --------------------------------------
+FLATTENED = ("nodeA:3101:3101 [0] NCCL INFO Bootstrap : Using eno1:192.168.1.20<0> "
+             "nodeA:3101:3101 [0] NCCL INFO cudaDriverVersion 12040 NCCL version 2.19.3+cuda12.3 "
+             "nodeA:3102:3102 [1] NCCL INFO Bootstrap : Using eno1:192.168.1.20<0> "
+             "nodeA:3101:3120 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC "
+             "nodeA:3102:3121 [1] transport/p2p.cc:275 NCCL WARN Cuda failure 'peer access is not supported between these two devices' "
+             "nodeA:3102:3121 [1] NCCL INFO transport/p2p.cc:327 -> 1\n")
+
+
+def test_a_flattened_paste_is_split_into_its_records(tmp_path):
+    from nccl_analyzer.analysis import analyze
+    p = tmp_path / "issue.txt"
+    p.write_text(FLATTENED)
+    d = analyze([str(p)])
+    assert d.root_cause is not None and d.root_cause.id == "p2p_ipc"
+    assert d.root_cause.rule.startswith("nccl-")  # the WARN's own rule, read from its own record

@@ -98,6 +98,8 @@ def plan_for(lines: list[str]) -> Plan | None:
         and _QUOTED_HEAD.search(near) is not None and _PROSE_QUOTE_NEAR.search(near) is not None
     decorated = plan.fences or plan.tags or plan.html or plan.quotes or plan.indent or plan.gutter or plan.links \
         or plan.stray or plan.prose or plan.urlenc
+    # a paste that lost its line breaks: several NCCL records run together on one line (a raw log writes one per line)
+    plan.glued = plan.glued or text.count(" NCCL ") > 2 and any(s.count(" NCCL ") > 2 for s in lines)
     if decorated or plan.glued:
         # a paste may also hold another process's NCCL line written into an unfinished one
         plan.hosts = frozenset(m.group(1) for m in map(_LINE_HOST.match, lines) if m)
