@@ -97,7 +97,7 @@ def plan_for(lines: list[str]) -> Plan | None:
     plan.prose = len(lines) < _PROSE_LINES and any(c in near for c in "\"`\u201c") \
         and _QUOTED_HEAD.search(near) is not None and _PROSE_QUOTE_NEAR.search(near) is not None
     decorated = plan.fences or plan.tags or plan.html or plan.quotes or plan.indent or plan.gutter or plan.links \
-        or plan.stray or plan.prose or plan.urlenc
+        or plan.stray or plan.prose
     # a paste that lost its line breaks: several NCCL records run together on one line (a raw log writes one per line)
     plan.glued = plan.glued or text.count(" NCCL ") > 2 and any(s.count(" NCCL ") > 2 for s in lines)
     if decorated or plan.glued:
@@ -114,7 +114,8 @@ def plan_for(lines: list[str]) -> Plan | None:
     if not plan.words:
         plan.width = _wrap_width(head)
     plan.wrap = not plan.words and plan.width > 0
-    if not (decorated or plan.elisions or plan.glued or plan.wrap or plan.words or _reversed_text(near, lines)):
+    if not (decorated or plan.elisions or plan.glued or plan.wrap or plan.words or plan.urlenc
+            or _reversed_text(near, lines)):
         return None
     return plan
 
