@@ -203,3 +203,13 @@ def test_a_flattened_paste_is_split_into_its_records(tmp_path):
     d = analyze([str(p)])
     assert d.root_cause is not None and d.root_cause.id == "p2p_ipc"
     assert d.root_cause.rule.startswith("nccl-")  # the WARN's own rule, read from its own record
+
+
+def test_libfabric_probing_absent_memory_interfaces_is_harmless():
+    """ofi_hmem_init warns for each memory interface it was built with that the host lacks, and goes on; a warn that
+    says nothing failed is no error line at all."""
+    log = ("libfabric:3305:1712000000::core:core:ofi_hmem_init():418<warn> Failed to initialize hmem iface FI_HMEM_ZE: No data available\n"
+           "libfabric:3305:1712000000::core:core:ofi_hmem_init():418<warn> Failed to initialize hmem iface FI_HMEM_NEURON: No data available\n"
+           "libfabric:3305:1712000000::efa:domain:efa_domain_open():77<warn> FI_EFA_USE_DEVICE_RDMA is set\n")
+    d = analyze_text(log, rules=RULES)
+    assert d.root_cause is None and len([e for g in d.dismissed for e in g.evidence]) == 2
