@@ -14,6 +14,11 @@ if TYPE_CHECKING:  # pragma: no cover
 # (``ESC ( B``, the charset reset `tput sgr0` prints before ``ESC [m``).
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[ -/]+[0-~]|[@-Z\\-_])")
 _CTRL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+# ESC in caret notation ("^["), as a terminal echoes a control character it does not interpret (a log viewed with
+# `cat -v`, or an escape a shell echoed back) and as people then paste it: with the colour or erase-line code it
+# began ("^[[0m", "^[[31m", "^[[K"), else the two characters alone ("^[[E socket.cpp:922] ..." is glog's "[E ...]"
+# head behind a lost escape: not a cursor movement).
+_CARET_ESC = re.compile(r"\^\[(?:\[[0-9;]*[mK])?")
 
 # Wrapper prefixes, outermost first. Each may appear once, in this order, before the payload:
 #   "> "                              a Markdown quote marker pasted with the log (RLHF-V#11)
@@ -27,7 +32,9 @@ _CTRL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 #                                     (nccl#302, LlamaFactory#7396); dropped, never read as a rank
 #   "  | 2024-08-23T22:22:51.875Z | "  a log viewer's table copied as text (AWS CloudWatch console: "| timestamp |
 #                                     message" rows), outside everything else (litData#340, aws-ofi-nccl#715)
-_VIEWER_TS = re.compile(r"[ \t]*\|[ \t]*(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d))[ \t]*\| ?")
+#   "  | 2024-08-23T22:22:51.875Z<msg> | <msg>"  the same table with a row expanded: the time stamp glued to the
+#                                     message, then the message column again after " | " (the copy is dropped)
+_VIEWER_TS = re.compile(r"[ \t]*\|[ \t]*(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d))(?:[ \t]*\| ?)?")
 _CONTAINER_TS = re.compile(r"(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d| ?UTC)?) ")
 # What a Python logger writes between its time stamp and the message: loguru's default "| ERROR    | mod:func:52 - "
 # and logging's "%(asctime)s - %(name)s - %(levelname)s - " (the message is the program's own text).
@@ -53,7 +60,8 @@ _SRUN = re.compile(r" {0,4}(\d{1,5}): ")
 #   ERROR 04-07 00:57:46 ray_utils.py:45]   vLLM's per-line logger head (also "[file.py:45] ", v0.8+)
 #   (head, rank=0, pid=2514) / (worker1, rank=1, pid=2388, ip=10.0.0.2) / (task, pid=18593)
 #                                     SkyPilot's per-node tee of a task's output (a comma after the node name)
-_RAY = re.compile(r"\((?:[A-Za-z_][\w.:-]*(?:,? (?:rank=\d+, )?pid=\d+(?:, ip=[\w.:-]+)?)?|pid=\d+(?:, ip=[\w.:-]+)?)\) ?")
+#   (VllmWorker rank=7 pid=240)       vLLM's multiproc executor (v1: _add_prefix(f"VllmWorker rank={rank}", pid))
+_RAY = re.compile(r"\((?:[A-Za-z_][\w.:-]*(?:,? (?:rank=\d+,? )?pid=\d+(?:, ip=[\w.:-]+)?)?|pid=\d+(?:, ip=[\w.:-]+)?)\) ?")
 #   " [36m(RayWorkerVllm pid=5085) [0m"  colour codes whose ESC byte the paste lost (GitHub drops it): Ray's
 #                                     log monitor colours its prefix, so what is left of the code goes with it
 _BARE_SGR = re.compile(r" ?\[\d{1,3}(?:;\d{1,3})*m")
@@ -77,12 +85,22 @@ def printable(s: str) -> str:
         s = s[:-1]
     if "\x1b" in s:
         s = _ANSI.sub("", s)
+    if "^[" in s:
+        s = _CARET_ESC.sub("", s)
     if "\r" in s:
         # Progress bars redraw with bare CR: what a terminal finally shows is the last segment.
         parts = [p for p in s.split("\r") if p]
         s = parts[-1] if parts else ""
     if not s.isprintable() and _CTRL.search(s):
         s = _CTRL.sub("", s)
+    return s
+
+
+def _undouble(s: str) -> str:
+    """A log viewer's expanded row, "<msg> | <msg>": the message once."""
+    half = (len(s.rstrip()) - 3) // 2
+    if half > 0 and s[half:half + 3] == " | " and s[:half] == s[half + 3:].rstrip():
+        return s[:half]
     return s
 
 
@@ -94,7 +112,7 @@ def clean_text(s: str, src: Source, lineno: int, truncated: bool = False) -> Lin
     # the start takes none of the prefix branches; anything else goes the full way (``_clean_full``; a test runs
     # both on every fixture line).
     c = s[:1]
-    if (c.isalpha() or c == "[") and s.isprintable() and "it]" not in s and "[0m" not in s \
+    if (c.isalpha() or c == "[") and s.isprintable() and "it]" not in s and "[0m" not in s and "^[" not in s \
             and s.find(" [std", 0, 80) < 0 and not (s[-3:-1].isdigit() and ".py:" in s[-12:]):
         if c == "[":
             if s.startswith("[rank"):
@@ -148,6 +166,8 @@ def _clean_full(s: str, src: Source, lineno: int, truncated: bool = False) -> Li
         if m:
             time = m.group(1)
             s = s[m.end():]
+            if " | " in s:
+                s = _undouble(s)
     i = s.find("/", 1, 48)
     if i > 0 and s[:1].isalpha() and s[i + 1:i + 2].isdigit() and " " not in s[:i] and ":" not in s[:i]:
         # only what _TORCHX can match ("role/N [...]:", the role one word): not NCCL's "host:pid:tid ... 00/64"

@@ -33,7 +33,7 @@ def field_value(ev: Event, name: str, memo: dict[str, Any] | None = None) -> Any
     elif name == "body":
         parts = event_lines(ev)
         body = "\n".join(parts)
-        for f in ("msg", "message", "what", "error", "last_error", "detail", "cuda_error"):
+        for f in ("msg", "message", "what", "error", "last_error", "detail", "cuda_error", "unescaped"):
             x = ev.fields.get(f)
             if isinstance(x, str) and x and x not in body:
                 body += "\n" + x

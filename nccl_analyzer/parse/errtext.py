@@ -58,4 +58,8 @@ class ErrorTextParser:
         entry, m = found
         fields = {k: v for k, v in m.groupdict().items() if v is not None}
         fields["family"] = entry.name
+        if text not in line.raw:
+            # a paste form undone (HTML escapes, URL encoding): the evidence quotes the line as pasted, rules read
+            # the text the program wrote (``body``)
+            fields["unescaped"] = text
         return [Event("error.text", line.path, line.lineno, line.raw, rank=line.rank, time=line.time, fields=fields)]

@@ -61,6 +61,9 @@ def plan_for(lines: list[str]) -> Plan | None:
     if text.find("&") >= 0:
         plan.html = "&lt;" in text or "&gt;" in text or "&quot;" in text and '"' not in text \
             or ("&#39;" in text or "&#x27;" in text) and "'" not in text
+    if text.find("%") >= 0 and "%20" in text:
+        # text copied out of a URL: its lines hold no literal space (a progress bar's "50% " does)
+        plan.urlenc = any("%20" in s and " " not in s.strip() for s in lines)
     if plan.fences or plan.html or "<" in starts:
         low = text.lower()
         plan.tags = any(t in low for t in _TAG_MARKS)
@@ -95,6 +98,8 @@ def plan_for(lines: list[str]) -> Plan | None:
         and _QUOTED_HEAD.search(near) is not None and _PROSE_QUOTE_NEAR.search(near) is not None
     decorated = plan.fences or plan.tags or plan.html or plan.quotes or plan.indent or plan.gutter or plan.links \
         or plan.stray or plan.prose
+    # a paste that lost its line breaks: several NCCL records run together on one line (a raw log writes one per line)
+    plan.glued = plan.glued or text.count(" NCCL ") > 2 and any(s.count(" NCCL ") > 2 for s in lines)
     if decorated or plan.glued:
         # a paste may also hold another process's NCCL line written into an unfinished one
         plan.hosts = frozenset(m.group(1) for m in map(_LINE_HOST.match, lines) if m)
@@ -109,7 +114,8 @@ def plan_for(lines: list[str]) -> Plan | None:
     if not plan.words:
         plan.width = _wrap_width(head)
     plan.wrap = not plan.words and plan.width > 0
-    if not (decorated or plan.elisions or plan.glued or plan.wrap or plan.words or _reversed_text(near, lines)):
+    if not (decorated or plan.elisions or plan.glued or plan.wrap or plan.words or plan.urlenc
+            or _reversed_text(near, lines)):
         return None
     return plan
 

@@ -14,12 +14,15 @@ from .rx import (_AUTOLINK, _ELISION, _FENCE, _FLUSH_HEADS, _GUTTER, _LAUNCH, _L
                  _SUMMARY, _TRAIL_TAGS)
 
 
+# A percent-encoded space, quote mark or separator (what a URL-encoded line of text must have: it has no literal space).
+_PERCENT = re.compile(r"%(?:20|22|27|3[AaDd]|2[CcFf]|5[BbDd])")
+
 #: A paste is normalised in windows of this many lines (reversal and wrap width are per window).
 WINDOW_LINES = 200_000
 
 
 _FLAGS = ("html", "fences", "tags", "quotes", "gutter", "indent", "elisions", "links", "glued", "wrap", "stray",
-          "words", "prose")
+          "words", "prose", "urlenc")
 
 
 @dataclass(slots=True)
@@ -39,6 +42,7 @@ class Plan:
     stray: bool = False
     words: bool = False  # an exception's message word-wrapped (at ``width``): its pieces are joined with a space
     prose: bool = False  # sentences that quote a whole log line ("I get `[E... file.cpp:N] ...` when ...")
+    urlenc: bool = False  # lines percent-encoded as in a URL ("undefined%20symbol:%20ncclCommRegister")
     width: int = 0  # the width a hard wrap cut lines at (or the word wrap broke them at)
     hosts: frozenset[str] = frozenset()  # NCCL host names seen at line starts (where a glued head begins)
     count: int = 0  # lines read so far (sources.iter_source reports it as the source's line count)
@@ -73,6 +77,10 @@ class Plan:
         elif self.words:
             rows = _rejoin_words(rows, self.width)
         for lineno, text, raw, truncated, _ in rows:
+            if self.urlenc and "\n" in text:
+                for part in text.split("\n"):
+                    yield lineno, part, raw, truncated
+                continue
             if self.glued and len(text) > 8:
                 parts = _unglue(text, self.hosts)
                 if parts is not None:
@@ -104,6 +112,8 @@ class Plan:
             if self.fences and ("`" in s or "~" in s) and _FENCE.match(s):
                 r[1], r[4] = "", 1
                 continue
+            if self.urlenc and "%" in s:
+                s = _unquote(s)
             if self.html and "&" in s:
                 s = _unescape(s)
             if self.links and "](" in s:
@@ -135,6 +145,17 @@ def _unescape(s: str) -> str:
     import html  # only pastes need it (html.entities is a large table to import)
 
     return html.unescape(s)
+
+
+def _unquote(s: str) -> str:
+    """A line copied out of a URL (a search link, a tracker's query string): every space is "%20", so a line with a
+    literal space was not encoded. Its encoded line breaks ("%0A") become lines of their own (same line number)."""
+    if " " in s.strip() or _PERCENT.search(s) is None:
+        return s
+    from urllib.parse import unquote  # only pastes need it
+
+    out = unquote(s.replace("%0D", "").replace("%0d", ""))
+    return "\n".join(map(_printable, out.split("\n")))  # ``_window`` yields each line the break ("%0A") ends
 
 
 def _printable(s: str) -> str:
