@@ -29,6 +29,9 @@ HOLD_PACK = 256
 #: A slot keeps the first this many events it matches whole; later ones are packed (when no other slot keeps them
 #: whole: every slot holds the same object, so identity and order are unchanged).
 FULL_KEEP = 64
+#: A multi-line event of more lines than this is packed by a slot whatever it has kept before (``FULL_KEEP``): at
+#: 1,000 ranks torchrun's ChildFailedError traceback is 7,000 lines, 0.9 MiB whole, and grows with the ranks.
+LONG_EVENT = 64
 #: An event with no fields and a text shorter than this is held as it is (nothing to gain).
 SMALL_TEXT = 64
 #: Kinds with a preset dictionary of their own (past that, an event of a new kind is deflated without one).
