@@ -7,6 +7,7 @@ from .agents import ElasticAgents
 from .job_nccl import NcclHandlers
 from .job_procs import ErrorOrder, ProcTable
 from .job_procs import Proc as _Proc
+from .lineref import LineRefs
 from .job_torch import TorchHandlers
 from .job_values import (_PID_CAP, _TIMELINE_KINDS, COLLECTIVE_FUNCS, ERROR_KINDS_PREFIX,  # noqa: F401
                          MAX_WORLD, TIMELINE_CAP, RecordTable, Timelines, _error_evidence, one_or_more, _shared, _shared_time, time_key,
@@ -61,6 +62,7 @@ class JobBuilder(NcclHandlers, TorchHandlers):
         self.lagging: set[int] = set()
         self.timelines = Timelines()  # each rank's timeline until ``build`` (``RankInfo.timeline``)
         self.stages = StageTracker()
+        self.lines = LineRefs()  # files whose lines evidence may refer to (lineref.py: each rank's first error)
         # rank -> (stage, the line that shows it, transport), filled by build(); also ranks known only from their own
         # connection lines (NCCL < 2.18.3 logs no Init START to map a stuck process's pid to its rank)
         self.rank_stages: dict[int, tuple[Any, Event, str | None]] = {}
@@ -213,7 +215,7 @@ class JobBuilder(NcclHandlers, TorchHandlers):
             return
         info = self._rank(r)
         if info.first_error is None:
-            info.first_error = _error_evidence(ev)
+            info.first_error = self.lines.ref(_error_evidence(ev))  # (by reference where its file can be read again)
             info.first_error_kind = ev.kind
             self.error_ranks[r] = (time_key(ev.time), self.events)
             self._timeline(ev, "first error")
