@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from .job_values import (_BANNER_VERSION, _COMM_CAP, _PID_CAP, _TRANSPORT_BASE, MAX_WORLD, TIMELINE_CAP, _shared,
-                         _shared_value, one_or_more_add)
+                         _shared_value, one_of_smallest, one_or_more_add)
 from .model import Event
 from .packed import pack
 
@@ -29,7 +29,7 @@ class NcclHandlers:
         if v not in self.job.nccl_versions:
             self.job.nccl_versions.append(v)
         who = f"{ev.host}:{ev.pid}" if ev.pid is not None else f"{ev.path}"
-        self.versions_by_proc.setdefault(v, set()).add(who)
+        one_of_smallest(self.versions_by_proc.setdefault(v, set()), who)
         self.version_events.setdefault(v, ev)
         if ev.pid is not None:
             self.procs.set_version(ev.host, ev.pid or 0, _shared(v), _PID_CAP)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .job_values import _PID_CAP, _shared, _shared_time, _shared_value, traceback_collective
+from .job_values import _PID_CAP, _shared, _shared_time, _shared_value, one_of_smallest, traceback_collective
 from .model import Event
 
 
@@ -127,7 +127,7 @@ class TorchHandlers:
         if m and "ProcessGroupNCCL" in msg:
             r = self.rank_of(ev)
             who = f"rank {r}" if r is not None else ev.path
-            self.versions_by_proc.setdefault(m.group(1), set()).add(who)
+            one_of_smallest(self.versions_by_proc.setdefault(m.group(1), set()), who)
             self.version_events.setdefault(m.group(1), ev)
             if self.job.backend is None:
                 self.job.backend = "nccl"

@@ -120,3 +120,25 @@ def test_first_errors_by_reference_read_back_byte_identical(tmp_path):
     per_whole = (deep_size(kept) - deep_size(kept[0].path)) / 64
     assert per_ref < 100 and per_ref * 3 < per_whole, (per_ref, per_whole)
     assert render(analyze([str(p)], workers=1), "json") == render(analyze([str(p)], workers=1), "json")
+
+
+def test_versions_by_process_keeps_what_its_readers_read(tmp_path):
+    text = job_log(300)
+    # the second half of the ranks on another NCCL version: job-nccl-versions-differ names them
+    lines = text.splitlines(keepends=True)
+    lines = [ln.replace("2.28.9+cuda13.0", "2.27.3+cuda12.9") if ln.startswith(tuple(f"node{n}:" for n in range(19, 38)))
+             else ln for ln in lines]
+    p = tmp_path / "job.log"
+    p.write_text("".join(lines))
+    whos: dict[str, list[str]] = {}
+    for ln in lines:
+        if "NCCL version" in ln:
+            host, pid = ln.split(":")[:2]
+            whos.setdefault(ln.split("NCCL version ")[1].split()[0], []).append(f"{host}:{pid}")
+    d = analyze([str(p)], workers=1)
+    assert d.job.extra["versions_by_process"] == {v: sorted(w)[:16] for v, w in sorted(whos.items())}
+    f = [f for f in d.findings if f.rule == "job-nccl-versions-differ"]
+    assert f and f[0].bound["who"] == "; ".join(f"{v.split('+')[0]} on {', '.join(sorted(w))[:80]}"
+                                                for v, w in sorted(whos.items()))
+    a = _read(str(p))
+    assert all(len(s) <= 64 for s in a.builder.versions_by_proc.values())
