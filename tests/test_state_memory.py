@@ -68,6 +68,10 @@ def test_one_record_per_process_and_the_ranks_it_maps(tmp_path):
         assert b.rank_of(ev) == 27 and b.procs.rank(None, 1027) == (27, n)
         assert sorted(b.job.ranks) == list(range(n)) and all(b.job.ranks[r].pid == 1000 + r for r in range(n))
         sizes[n] = deep_size(b.procs) + deep_size(b.error_ranks)
+        # no list per rank for its timeline while reading (its entries are in ``Timelines``); its own one after build
+        assert len({id(b.job.ranks[r].timeline) for r in range(n)}) == 1
+        job = b.build()
+        assert len({id(job.ranks[r].timeline) for r in range(n)}) == n and job.ranks[5].timeline[0]["what"] == "init start"
     per_proc = (sizes[768] - sizes[256]) / 512
     # one slotted record, a rank tuple, one Init list a process, with what they reach (the comm and bus strings,
     # the ints): 632 bytes here; the eight tables keyed by (host, pid) / pid / rank they replace took 1,220
