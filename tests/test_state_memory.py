@@ -97,6 +97,9 @@ def test_a_long_multi_line_event_is_held_packed_and_quoted_the_same(tmp_path):
     assert held[1].fields == ev.fields and held[1].text == ev.text
     # (the blob deflates against the kind's first pickle, which every later one of the kind shares)
     assert sys.getsizeof(held[1]._blob) * 8 < deep_size(ev)
+    # the packed object: (kind, dictionary) and (path, host) one shared tuple each, 8 slots (was 10: 112 bytes)
+    assert sys.getsizeof(held[1]) <= 96 and held[0]._kz is held[1]._kz and held[0]._ph is held[1]._ph
+    assert (held[1].kind, held[1].path, held[1].host, held[1].line) == (ev.kind, ev.path, ev.host, ev.line)
     [hit] = a.matcher.hits(a.builder)
     assert [e.text for e in hit.evidence] == ["RuntimeError: boom 10", "RuntimeError: boom 400"]
 
