@@ -228,6 +228,7 @@ class JobBuilder(NcclHandlers, TorchHandlers):
         """The model so far (may be called repeatedly; the builder keeps accepting events)."""
         job = self.job
         self._built = True
+        self.lines.resolve()  # (the first errors' texts, read back from their files: lineref.py)
         basis = job.extra.get("rank_basis")
         for r in [r for r in basis or () if r in self._stated]:
             del basis[r]  # a later line stated the rank the spawn index gave

@@ -14,9 +14,11 @@ as it is).
 """
 from __future__ import annotations
 
+import zlib
 from array import array
 from typing import Any
 
+from .errors import InputError
 from .model import Evidence
 from .sources import MAX_LINE, Source, clean_text, open_binary, read_text_blocks
 
@@ -25,11 +27,12 @@ class LineRefs:
     """The files whose lines may be kept by reference (one analysis: ``JobBuilder.lines``), the line numbers asked
     for so far (8 bytes each) and, once read, their texts."""
 
-    __slots__ = ("_srcs", "_want", "_got")
+    __slots__ = ("_srcs", "_want", "_crc", "_got")
 
     def __init__(self) -> None:
         self._srcs: dict[str, Source | None] = {}  # path -> the file (None: two inputs of one path: never by reference)
         self._want: dict[str, array] = {}  # path -> line numbers referred to, not read yet
+        self._crc: dict[str, array] = {}  # path -> the CRC-32 of each of those lines' text (4 bytes a line)
         self._got: dict[str, dict[int, str]] = {}  # path -> line -> text, read
 
     def register(self, src: Source) -> None:
@@ -44,8 +47,16 @@ class LineRefs:
         want = self._want.get(ev.path)
         if want is None:
             want = self._want[ev.path] = array("q")
+            self._crc[ev.path] = array("I")
         want.append(ev.line)
+        self._crc[ev.path].append(_crc(ev.text))
         return LineEvidence(ev.path, ev.line, self)
+
+    def resolve(self) -> None:
+        """Read back every line referred to and not read yet (``JobBuilder.build``: at the end of the input, while
+        the files are surely there; the report needs the texts)."""
+        for path in [p for p, w in self._want.items() if w]:
+            self._read(path)
 
     def text(self, path: str, line: int) -> str:
         got = self._got.get(path)
@@ -58,12 +69,16 @@ class LineRefs:
         """Read every line of ``path`` asked for so far, in one pass, as the reader numbered and cut them."""
         src = self._srcs[path]
         assert src is not None
-        wanted = set(self._want.pop(path, ()))
+        crcs = dict(zip(self._want.pop(path, ()), self._crc.pop(path, ())))
+        wanted = set(crcs)
         marks = sorted(wanted)  # (to skip a block holding none of them without testing each)
         at = 0
         got = self._got.setdefault(path, {})
         probe = Source(path=src.path, real=src.real)  # (cut-line warnings go to a copy, not to the input's)
-        stream = open_binary(probe)
+        try:
+            stream = open_binary(probe)
+        except OSError as exc:
+            raise InputError(f"{path}: cannot be read again for the evidence it holds ({exc.strerror or exc})") from None
         n = 0
         try:
             for item in read_text_blocks(stream, probe):
@@ -89,8 +104,14 @@ class LineRefs:
                         wanted.discard(n)
         finally:
             stream.close()
-        for w in wanted:  # (a line the file no longer has: it changed since it was read)
-            got[w] = ""
+        if wanted or any(_crc(got[n]) != c for n, c in crcs.items()):
+            # never quote a line other than the one read: the file was cut or rewritten while it was analyzed
+            raise InputError(f"{path}: changed while it was analyzed (its lines are not those read); analyze a copy "
+                             "that stays as it is")
+
+
+def _crc(text: str) -> int:
+    return zlib.crc32(text.encode("utf-8", "replace"))
 
 
 class LineEvidence:

@@ -149,3 +149,25 @@ def test_versions_by_process_keeps_what_its_readers_read(tmp_path):
                                                 for v, w in sorted(whos.items()))
     a = _read(str(p))
     assert all(len(s) <= 64 for s in a.builder.versions_by_proc.values())
+
+
+def test_first_errors_are_read_back_at_build_and_a_rewritten_file_is_refused(tmp_path):
+    import pytest
+
+    from nccl_analyzer.errors import InputError
+
+    p = tmp_path / "job.log"
+    p.write_text(job_log(16))
+    a = _read(str(p))
+    job = a.builder.build()  # the texts are read back here, while the file is surely there
+    p.unlink()
+    assert job.ranks[3].first_error.text.startswith("node0:1003:1003 [3] transport/net_ib.cc:1 NCCL WARN")
+    p.write_text(job_log(16))
+    a = _read(str(p))
+    p.write_text(job_log(16).replace("vendor err 129", "vendor err 130"))  # the same lines, other text
+    with pytest.raises(InputError, match="changed while it was analyzed"):
+        a.builder.build()
+    a = _read(str(p))
+    p.unlink()
+    with pytest.raises(InputError, match="cannot (be )?read"):
+        a.builder.build()
