@@ -122,6 +122,7 @@ class Analyzer:
                     progress.update(done_before + line.lineno)
             self.flush(src.path, keep=False)
             return
+        self.builder.lines.register(src)  # (a plain file: evidence may refer to its lines, lineref.py)
         stream = self._streams.get(src.path)
         if stream is None:
             stream = self._streams[src.path] = EventStream(keep_text=False, compact=True)
@@ -152,6 +153,8 @@ class Analyzer:
         self._parallel = True
         merges: dict[str, parallel.ChatterMerge] = {}  # per input: its ranges' chatter, compacted as one process
         units = parallel.plan_units(sources, workers)
+        for src in (s for s in sources if s.fast):
+            self.builder.lines.register(src)  # (plain files, src.fast: evidence may refer to their lines, lineref.py)
         final = {u.source.path: u.index for u in units}  # each input's last range
         for res in parallel.iter_results(units, workers, self._inert, self._stage_only):
             path = res.path

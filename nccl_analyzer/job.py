@@ -5,12 +5,19 @@ from typing import Any
 
 from .agents import ElasticAgents
 from .job_nccl import NcclHandlers
+from .job_procs import ErrorOrder, ProcTable
+from .job_procs import Proc as _Proc
+from .lineref import LineRefs
 from .job_torch import TorchHandlers
 from .job_values import (_PID_CAP, _TIMELINE_KINDS, COLLECTIVE_FUNCS, ERROR_KINDS_PREFIX,  # noqa: F401
                          MAX_WORLD, TIMELINE_CAP, RecordTable, Timelines, _error_evidence, one_or_more, _shared, _shared_time, time_key,
                          traceback_collective, version_number)
 from .model import Event, JobModel, RankInfo
 from .stage import KIND_PREFIX_STAGE, KIND_STAGE, StageTracker
+
+#: The timeline of every ``RankInfo`` while the model is read (each rank's entries are in ``Timelines``; ``build`` gives
+#: each its own list). Never changed.
+_NO_TIMELINE: list[dict[str, Any]] = []
 
 
 class JobBuilder(NcclHandlers, TorchHandlers):
@@ -24,11 +31,11 @@ class JobBuilder(NcclHandlers, TorchHandlers):
         self.job = JobModel()
         self.events = 0
         self._transport_seen: set[int] = set()
-        self._pid_host: dict[int, str] = {}  # pid -> hostname from NCCL's line prefix
         self.kinds: dict[str, int] = {}
-        self._pid_rank: dict[tuple[str | None, int], tuple[int, int]] = {}  # (host,pid) -> (rank, nranks)
-        self._pid_version: dict[tuple[str | None, int], str] = {}  # (host, pid) -> the NCCL version it printed
-        self._elastic_rank: dict[int, int] = {}  # worker pid -> global rank, as torchrun's failure report says
+        # one record per process (job_procs.py): (host, pid) -> (rank, nranks), the NCCL version it printed, its
+        # GPUs and their ranks, its Init lines; pid -> torchrun's global rank of that worker, the host NCCL's line
+        # prefix gave it
+        self.procs = ProcTable()
         self._elastic_top = -1  # the highest rank torchrun reported
         self._elastic_pids: set[int] = set()  # worker pids torchrun names (teardown, failures, its report)
         self.agents = ElasticAgents()  # torchrun agents and their workers (a local rank's global rank: agents.py)
@@ -40,13 +47,6 @@ class JobBuilder(NcclHandlers, TorchHandlers):
         # that programs pass on as their rank: (path, first line, last line, index) of the lines that are that child's
         self._spawn_lines: list[tuple[str, int, int, int]] = []
         self._spawn_next: dict[str, int] = {}  # path -> index of the child whose traceback the parent prints next
-        # One process driving several GPUs (nccl-tests -g N, a single-process multi-GPU program): one Init line per
-        # GPU, each its own rank. (host, pid, cudaDev) -> (rank, nranks); the (host, pid) that logged several GPUs.
-        self._dev_rank: dict[tuple[str | None, int, int], tuple[int, int]] = {}
-        self._pid_devs: dict[tuple[str | None, int], int] = {}  # (host, pid) -> the first GPU it logged an Init for
-        self.multi_gpu: set[tuple[str | None, int]] = set()
-        # (host, pid) -> (commId, rank, busId) of each Init line it logged (to re-map a subgroup's Init logged first)
-        self._proc_inits: dict[tuple[str | None, int], list[tuple[str, int, str | None]]] = {}
         self.init: dict[str, dict[int, str]] = {}  # comm_id -> rank -> started|complete
         # (host, busId) -> global ranks on that GPU (``one_or_more_add``: a rank, or a set of them; ``busids``)
         self._bus_ranks: dict[tuple[str, str], Any] = {}
@@ -59,13 +59,14 @@ class JobBuilder(NcclHandlers, TorchHandlers):
         self.collectives: RecordTable = RecordTable()  # rank -> last collective seen (a dict)
         self.tb_collectives: dict[int, str] = {}  # rank -> collective function its traceback stopped in
         self.exits: RecordTable = RecordTable()  # rank -> ChildFailedError entry (a dict)
-        self.error_ranks: dict[int, tuple[float | None, int]] = {}  # rank -> first error (time, seq)
+        self.error_ranks = ErrorOrder()  # rank -> first error (time, seq)
         self.env: dict[str, str] = {}
         self.hosts: set[str] = set()
         self.ifaces: dict[str, set[str]] = {}  # host -> interfaces NCCL reported using/seeing
         self.lagging: set[int] = set()
         self.timelines = Timelines()  # each rank's timeline until ``build`` (``RankInfo.timeline``)
         self.stages = StageTracker()
+        self.lines = LineRefs()  # files whose lines evidence may refer to (lineref.py: each rank's first error)
         # rank -> (stage, the line that shows it, transport), filled by build(); also ranks known only from their own
         # connection lines (NCCL < 2.18.3 logs no Init START to map a stuck process's pid to its rank)
         self.rank_stages: dict[int, tuple[Any, Event, str | None]] = {}
@@ -99,10 +100,17 @@ class JobBuilder(NcclHandlers, TorchHandlers):
         if ev.rank is not None and not ev.kind.startswith("nccl.init"):
             return ev.rank
         if ev.pid is not None:
-            hit = self._pid_rank.get((ev.host, ev.pid))
-            if hit is None:
-                hit = self._pid_rank.get((None, ev.pid))
-            er = self._elastic_rank.get(ev.pid)
+            head = self.procs.by_pid.get(ev.pid)
+            hit = er = None
+            if head is not None:
+                er = head.elastic
+                if ev.host is not None:
+                    own = head
+                    while own is not None and own.host != ev.host:
+                        own = own.nxt
+                    hit = None if own is None else own.rank
+                if hit is None:
+                    hit = head.anyr
             # torchrun reports the worker's global rank (RANK); NCCL's Init line the rank in that communicator,
             # the global one only for a communicator of the whole job. One of fewer ranks than torchrun's
             # highest reported rank is a subgroup (a 1-rank NCCL group per process beside a gloo world).
@@ -111,8 +119,9 @@ class JobBuilder(NcclHandlers, TorchHandlers):
                 return er
             if hit is not None:
                 self._stated.add(hit[0])  # the process's NCCL Init line states it
-                if ev.cuda_dev is not None and (ev.host, ev.pid) in self.multi_gpu:
-                    return self._dev_rank.get((ev.host, ev.pid, ev.cuda_dev), hit)[0]
+                if ev.cuda_dev is not None and self.procs.multi(ev.host, ev.pid):
+                    got = self.procs.dev_rank(ev.host, ev.pid, ev.cuda_dev)
+                    return (hit if got is None else got)[0]
                 return hit[0]
         if ev.rank is None and self._spawn_lines:
             for path, lo, hi, idx in self._spawn_lines:
@@ -130,7 +139,7 @@ class JobBuilder(NcclHandlers, TorchHandlers):
     def _rank(self, r: int) -> RankInfo:
         info = self.job.ranks.get(r)
         if info is None:
-            info = RankInfo(rank=r)
+            info = RankInfo(rank=r, timeline=_NO_TIMELINE)  # (its own list from ``build``: 56 bytes a rank till then)
             self.job.ranks[r] = info
         return info
 
@@ -165,8 +174,14 @@ class JobBuilder(NcclHandlers, TorchHandlers):
         if ev.host:
             if len(self.hosts) < _PID_CAP:
                 self.hosts.add(ev.host)
-            if ev.pid is not None and k.startswith("nccl.") and len(self._pid_host) < _PID_CAP:
-                self._pid_host[ev.pid] = ev.host
+            procs = self.procs
+            if ev.pid is not None and k.startswith("nccl.") and procs.n_host < _PID_CAP:
+                head = procs.by_pid.get(ev.pid)
+                if head is None:
+                    head = procs.by_pid[ev.pid] = _Proc(ev.host)
+                if head.nhost is None:
+                    procs.n_host += 1
+                head.nhost = ev.host
         handler = _HANDLERS.get(k)
         if handler is None:
             for prefix, h in _PREFIX_HANDLERS:
@@ -204,7 +219,7 @@ class JobBuilder(NcclHandlers, TorchHandlers):
             return
         info = self._rank(r)
         if info.first_error is None:
-            info.first_error = _error_evidence(ev)
+            info.first_error = self.lines.ref(_error_evidence(ev))  # (by reference where its file can be read again)
             info.first_error_kind = ev.kind
             self.error_ranks[r] = (time_key(ev.time), self.events)
             self._timeline(ev, "first error")
@@ -213,12 +228,13 @@ class JobBuilder(NcclHandlers, TorchHandlers):
         """The model so far (may be called repeatedly; the builder keeps accepting events)."""
         job = self.job
         self._built = True
+        self.lines.resolve()  # (the first errors' texts, read back from their files: lineref.py)
         basis = job.extra.get("rank_basis")
         for r in [r for r in basis or () if r in self._stated]:
             del basis[r]  # a later line stated the rank the spawn index gave
         job.env = dict(self.env)
-        for (host, pid), version in list(self._pid_version.items()):
-            hit = self._pid_rank.get((host, pid))
+        for host, pid, version in list(self.procs.versions()):
+            hit = self.procs.rank(host, pid)
             if hit is not None and version:
                 ri = self._rank(hit[0])
                 ri.nccl_version = ri.nccl_version or version
@@ -248,6 +264,8 @@ class JobBuilder(NcclHandlers, TorchHandlers):
             tl = self.timelines.dicts(r)
             if tl is not None:
                 info.timeline = tl
+            elif info.timeline is _NO_TIMELINE:
+                info.timeline = []
         job.extra["hosts"] = sorted(self.hosts)
         job.extra["interfaces"] = {h: sorted(v) for h, v in sorted(self.ifaces.items())}
         job.extra["init"] = {c: {"nranks": job.communicators.get(c, {}).get("nranks"),

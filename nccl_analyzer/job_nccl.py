@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from .job_values import (_BANNER_VERSION, _COMM_CAP, _PID_CAP, _TRANSPORT_BASE, MAX_WORLD, TIMELINE_CAP, _shared,
-                         _shared_value, one_or_more_add)
+                         _shared_value, one_of_smallest, one_or_more_add)
 from .model import Event
 from .packed import pack
 
@@ -14,7 +14,8 @@ class NcclHandlers:
     """``JobBuilder``'s handlers of NCCL's own lines (each reads and writes the builder's tables)."""
 
     def _proc_version(self, ev: Event) -> str | None:
-        return self._pid_version.get((ev.host, ev.pid or 0))
+        p = self.procs.find(ev.host, ev.pid or 0)
+        return None if p is None else p.version
 
     # -- handlers ------------------------------------------------------------------------------------------
     def _on_version(self, ev: Event) -> None:
@@ -28,12 +29,10 @@ class NcclHandlers:
         if v not in self.job.nccl_versions:
             self.job.nccl_versions.append(v)
         who = f"{ev.host}:{ev.pid}" if ev.pid is not None else f"{ev.path}"
-        self.versions_by_proc.setdefault(v, set()).add(who)
+        one_of_smallest(self.versions_by_proc.setdefault(v, set()), who)
         self.version_events.setdefault(v, ev)
         if ev.pid is not None:
-            key = (ev.host, ev.pid or 0)
-            if key in self._pid_version or len(self._pid_version) < _PID_CAP:
-                self._pid_version[key] = _shared(v)
+            self.procs.set_version(ev.host, ev.pid or 0, _shared(v), _PID_CAP)
             r = self.rank_of(ev)
             if r is not None:
                 self._rank(r).nccl_version = _shared(v)  # (one string for every rank of a version)
@@ -51,28 +50,45 @@ class NcclHandlers:
         nranks = int(ev.get("nranks", 0) or 0)
         comm = str(ev.get("comm_id") or ev.get("comm") or "?")  # 2.8-2.15 Init COMPLETE lines have no commId
         complete = ev.kind.endswith("complete")
+        procs = self.procs
         if ev.pid is not None:
             key = (ev.host, ev.pid)
-            prev = self._pid_rank.get(key)
+            prev = procs.rank(ev.host, ev.pid)
             # The process's global rank: its rank in the largest communicator it joined (the default PG).
             if prev is None or nranks > prev[1]:
-                got = self._pid_rank[key] = (rank, nranks)
-                anyhost = self._pid_rank.get((None, ev.pid))
+                got = (rank, nranks)
+                procs.set_rank(ev.host, ev.pid, got)
+                anyhost = procs.rank(None, ev.pid)
                 if anyhost is None or anyhost == prev:
-                    self._pid_rank[(None, ev.pid)] = got  # (the same tuple)
+                    procs.set_rank(None, ev.pid, got)  # (the same tuple)
                 if prev is not None and prev[0] != rank:
                     self._regrank(key, prev[0], rank)
-            grank = self._pid_rank[key][0]
+            mine = procs.rank(ev.host, ev.pid)
+            grank = mine[0]  # type: ignore[index]
             dev = ev.get("cuda_dev")
             dev = ev.cuda_dev if dev is None else int(dev)
-            if dev is not None and len(self._dev_rank) < _PID_CAP:
-                dk = (ev.host, ev.pid, dev)
-                if dk not in self._dev_rank or nranks > self._dev_rank[dk][1]:
-                    self._dev_rank[dk] = (rank, nranks)
-                if self._pid_devs.setdefault(key, dev) != dev:  # a second GPU of one process
-                    self.multi_gpu.add(key)
-                if key in self.multi_gpu and self._dev_rank[dk][1] >= self._pid_rank[key][1]:
-                    grank = self._dev_rank[dk][0]  # this GPU's rank in the process's largest communicator
+            if dev is not None and procs.n_devrank < _PID_CAP:
+                p = procs.get(ev.host, ev.pid)
+                got = mine if mine == (rank, nranks) else (rank, nranks)  # (the same tuple where it is equal)
+                if p.dev is None:  # its first GPU
+                    p.dev, p.devr = dev, got
+                    procs.n_devrank += 1
+                    now = got
+                elif p.dev == dev:
+                    if nranks > p.devr[1]:  # type: ignore[index]
+                        p.devr = got
+                    now = p.devr
+                else:  # a second GPU of one process
+                    if p.devs is None:
+                        p.devs = {}
+                    have = p.devs.get(dev)
+                    if have is None:
+                        procs.n_devrank += 1
+                    if have is None or nranks > have[1]:
+                        p.devs[dev] = got
+                    now = p.devs[dev]
+                if p.devs is not None and now[1] >= mine[1]:  # type: ignore[index]
+                    grank = now[0]  # this GPU's rank in the process's largest communicator
         else:
             grank = rank
         if nranks > MAX_WORLD:
@@ -82,8 +98,12 @@ class NcclHandlers:
         if comm not in self.job.communicators and len(self.job.communicators) < _COMM_CAP:
             self.job.communicators[comm] = {"nranks": nranks, "ranks": {}, "complete": 0}
         c = self.job.communicators.get(comm)
-        if ev.pid is not None and len(self._proc_inits) < _PID_CAP:
-            inits = self._proc_inits.setdefault(key, [])  # (the key object of ``_pid_rank``, not another tuple)
+        if ev.pid is not None and procs.n_inits < _PID_CAP:
+            p = procs.get(ev.host, ev.pid)
+            inits = p.inits
+            if inits is None:
+                inits = p.inits = []
+                procs.n_inits += 1
             if len(inits) < 64:
                 bus_of = ev.get("bus_id", ev.get("busId"))
                 got = (_shared_value(comm), rank, None if bus_of is None else _shared_value(str(bus_of)))
@@ -226,9 +246,11 @@ class NcclHandlers:
         lazy init, rank ``old`` there) and now that of a larger one (global rank ``new``): what its earlier Init lines
         gave rank ``old`` was this process's, not that rank's."""
         host, pid = key
-        owners = [k for k, v in self._pid_rank.items() if v[0] == old and k != key and k[0] is not None]
-        owner_buses = {b for k in owners for _, _, b in self._proc_inits.get(k, ())}
-        for comm, r, bus in self._proc_inits.get(key, ()):
+        owners = [p for k, p in self.procs.keyed() if k[0] is not None and p.rank is not None and p.rank[0] == old
+                  and k != key]
+        owner_buses = {b for p in owners for _, _, b in p.inits or ()}
+        mine = self.procs.find(host, pid)
+        for comm, r, bus in (mine.inits if mine is not None else None) or ():
             c = self.job.communicators.get(comm)
             if c is not None and c["ranks"].get(r) == old:
                 c["ranks"][r] = new

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .job_values import _PID_CAP, _shared, _shared_time, _shared_value, traceback_collective
+from .job_values import _PID_CAP, _shared, _shared_time, _shared_value, one_of_smallest, traceback_collective
 from .model import Event
 
 
@@ -102,14 +102,20 @@ class TorchHandlers:
             if host in ("localhost", "127.0.0.1") and entry.get("pid") is not None:
                 # torchelastic often reports "localhost"; NCCL's prefix has the real hostname of that pid
                 pid = int(entry["pid"])
-                host = self._pid_host.get(pid, host)
+                head = self.procs.by_pid.get(pid)
+                if head is not None and head.nhost is not None:
+                    host = head.nhost
             info.host = host
         if entry.get("local_rank") is not None and info.local_rank is None:
             info.local_rank = int(entry["local_rank"])
         if entry.get("pid") is not None:
-            self._pid_rank.setdefault((None, int(entry["pid"])), (rank, 0))
-            if len(self._elastic_rank) < _PID_CAP:
-                self._elastic_rank[int(entry["pid"])] = rank
+            head = self.procs.head(int(entry["pid"]), True)
+            if head.anyr is None:
+                head.anyr = (rank, 0)
+            if self.procs.n_elastic < _PID_CAP:
+                if head.elastic is None:
+                    self.procs.n_elastic += 1
+                head.elastic = rank
                 self._elastic_top = max(self._elastic_top, rank)
         t = ev.get("time")
         self.timelines.put(rank, ev.kind, ev.path, ev.line, _shared_time(t) if t.__class__ is str else t,
@@ -121,7 +127,7 @@ class TorchHandlers:
         if m and "ProcessGroupNCCL" in msg:
             r = self.rank_of(ev)
             who = f"rank {r}" if r is not None else ev.path
-            self.versions_by_proc.setdefault(m.group(1), set()).add(who)
+            one_of_smallest(self.versions_by_proc.setdefault(m.group(1), set()), who)
             self.version_events.setdefault(m.group(1), ev)
             if self.job.backend is None:
                 self.job.backend = "nccl"

@@ -148,6 +148,22 @@ def one_or_more_add(table: dict[Any, Any], key: Any, value: Any) -> None:
         table[key] = {got, value}
 
 
+#: Members of a ``versions_by_proc`` set kept: its smallest ones. Its readers use only those: the report the first 16
+#: sorted (``versions_by_process``), ``nccl_versions_differ`` the first 80 characters of the sorted members joined by
+#: ", " (63 separators alone are 126 characters), so every result is the same; 1,000 "host:pid" strings a version
+#: otherwise (0.1 KiB a rank).
+SMALLEST_KEPT = 64
+
+
+def one_of_smallest(got: set[str], who: str) -> None:
+    """Add ``who`` to ``got``, which keeps its ``SMALLEST_KEPT`` smallest members."""
+    if who in got:
+        return
+    got.add(who)
+    if len(got) > SMALLEST_KEPT:
+        got.remove(max(got))
+
+
 def one_or_more(got: Any) -> set[Any]:
     """The set a ``one_or_more_add`` entry stands for (a new set)."""
     return set(got) if got.__class__ is set else {got}

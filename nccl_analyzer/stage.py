@@ -275,9 +275,9 @@ class StageTracker:
             if key[0] == "rank":
                 torch_seen[key[1]] = cur
                 continue
-            proc = key[:2]
-            hit = builder._dev_rank.get(key) if len(key) == 3 and proc in builder.multi_gpu else None
-            hit = hit or builder._pid_rank.get(proc) or builder._pid_rank.get((None, key[1]))
+            pt = builder.procs
+            hit = pt.dev_rank(key[0], key[1], key[2]) if len(key) == 3 and pt.multi(key[0], key[1]) else None
+            hit = hit or pt.rank(key[0], key[1]) or pt.rank(None, key[1])
             # NCCL < 2.18.3 logs no Init START: a process stuck in init never maps to a rank by its pid; then the
             # rank its own ring/tree/connection lines name is the one (``own_rank``).
             r = hit[0] if hit is not None else cur[3]

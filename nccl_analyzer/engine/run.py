@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..model import Event
-from ..packed import FULL_KEEP, pack
+from ..packed import FULL_KEEP, LONG_EVENT, pack
 from .fix import RENAMED_ENV, make_fix, render_template, render_title  # noqa: F401  (re-exported)
 from .hit import EVIDENCE_CAP, Hit, group_hit, key_line, quote  # noqa: F401  (re-exported)
 from .loader import Rule
@@ -101,8 +101,9 @@ class Matcher:
             held = none_record(ev)
             self.held_last = None
         else:
-            if all(sl.stored >= FULL_KEEP for sl, _, _ in took):
-                # nccl_analyzer/packed.py: every slot holds the same object, whole or packed
+            if all(sl.stored >= FULL_KEEP for sl, _, _ in took) or len(ev.fields.get("lines") or ()) > LONG_EVENT:
+                # nccl_analyzer/packed.py: every slot holds the same object, whole or packed (a block of many lines
+                # packed at once: torchrun's ChildFailedError traceback lists every failed rank, 7 lines each)
                 held = packed if packed is not None else pack(ev)
             self.held_last = held
         for sl, st, caps in took:
