@@ -1,0 +1,101 @@
+"""The failure classes behind the misses of session 7's fresh public sets (fixtures/blind9, fixtures/blind8;
+docs/classes-session7c.md), each from what the program that prints the text does, not from one pasted log:
+vLLM's / SGLang's custom all-reduce failing in its CUDA IPC calls, and a traceback cut after its frames whose
+innermost frame is the raise statement."""
+from __future__ import annotations
+
+import pytest
+
+from nccl_analyzer.analysis import analyze_text
+
+
+def _root(log: str):
+    d = analyze_text(log)
+    return d, (d.root_cause.id if d.root_cause else None)
+
+
+# -- the custom all-reduce's CUDA IPC (csrc/custom_all_reduce.cuh, vLLM's CudaRTLibrary, sgl-kernel) ---------------
+@pytest.mark.parametrize("err", ["invalid argument", "invalid resource handle", "operation not supported"])
+def test_custom_allreduce_cudacheck_ipc_error_is_p2p(err):
+    log = ("INFO 11-02 08:01:13 custom_all_reduce_utils.py:242] reading GPU P2P access cache\n"
+           f"Failed: Cuda error /tmp/build/csrc/custom_all_reduce.cuh:368 '{err}'\n"
+           "ERROR 11-02 08:01:15 multiproc_worker_utils.py:116] Worker VllmWorkerProcess pid 4242 died, exit code: 1\n")
+    d, root = _root(log)
+    assert root == "p2p_ipc"
+    assert d.root_cause.rule == "serving-custom-allreduce-ipc"
+    assert "disable-custom-all-reduce" in d.root_cause.fix.summary
+
+
+def test_custom_allreduce_cudacheck_kernel_fault_stays_cuda_error():
+    # the same CUDACHECK after a kernel fault (a sticky error returned by the next cudaMemcpy) is no IPC failure
+    _, root = _root("Failed: Cuda error /tmp/build/csrc/custom_all_reduce.cuh:301 "
+                    "'an illegal memory access was encountered'\n")
+    assert root == "cuda_error"
+    # and 'invalid argument' from another extension's CUDACHECK keeps its generic meaning
+    _, root = _root("Failed: Cuda error /src/kernels/topk.cu:52 'invalid argument'\n")
+    assert root == "invalid_usage"
+
+
+def test_cudart_wrapper_ipc_open_failure_is_p2p():
+    log = ("Traceback (most recent call last):\n"
+           '  File "/opt/venv/lib/python3.11/site-packages/vllm/distributed/device_communicators/custom_all_reduce.py",'
+           ' line 140, in create_shared_buffer\n'
+           "    pointers.append(lib.cudaIpcOpenMemHandle(h).value)\n"
+           '  File "/opt/venv/lib/python3.11/site-packages/vllm/distributed/device_communicators/cuda_wrapper.py",'
+           " line 171, in cudaIpcOpenMemHandle\n"
+           '    self.CUDART_CHECK(self.funcs["cudaIpcOpenMemHandle"](\n'
+           '  File "/opt/venv/lib/python3.11/site-packages/vllm/distributed/device_communicators/cuda_wrapper.py",'
+           " line 116, in CUDART_CHECK\n"
+           '    raise RuntimeError(f"CUDART error: {error_str}")\n'
+           "RuntimeError: CUDART error: invalid resource handle\n")
+    d, root = _root(log)
+    assert root == "p2p_ipc" and d.root_cause.rule == "serving-custom-allreduce-ipc"
+
+
+def test_sgl_kernel_throw_form_is_p2p():
+    # sgl-kernel's CHECK_CUDA_SUCCESS throws "<cudaGetErrorString>\n<file>:<line>"
+    log = ("[2025-04-02 11:20:31 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+           '  File "/sgl/python/sglang/srt/distributed/device_communicators/custom_all_reduce.py", line 301, in'
+           " register_graph_buffers\n"
+           "    ops.register_graph_buffers(self._ptr, handles, offsets)\n"
+           "RuntimeError: invalid argument\n"
+           "/sgl/sgl-kernel/csrc/allreduce/custom_all_reduce.cuh:229\n")
+    _, root = _root(log)
+    assert root == "p2p_ipc"
+
+
+# -- a traceback cut after its frames, the innermost frame a raise statement ---------------------------------------
+_CUT_AT_RAISE = """\
+[rank3]: Traceback (most recent call last):
+[rank3]:   File "/work/proj/finetune.py", line 212, in <module>
+[rank3]:     run(args)
+[rank3]:   File "/work/proj/finetune.py", line 150, in run
+[rank3]:     tok = load_tokenizer(args.tokenizer_dir)
+[rank3]:   File "/work/proj/utils/tok.py", line 41, in load_tokenizer
+[rank3]:     raise FileNotFoundError(f"tokenizer.json not found in {path}")
+"""
+
+
+def test_cut_traceback_at_a_raise_is_the_application_error():
+    d, root = _root(_CUT_AT_RAISE)
+    assert root == "app_exception"
+    assert d.root_cause.rule == "python-app-exception-raise-cut"
+    assert d.root_cause.ranks == (3,)
+    assert "FileNotFoundError" in d.root_cause.title and "tok.py:41 in load_tokenizer" in d.root_cause.title
+
+
+def test_cut_traceback_without_a_raise_stays_vague():
+    # cut at a call: where the program was, not what was raised (the fail-safe's low-confidence 'other')
+    log = _CUT_AT_RAISE.rsplit("[rank3]:     raise", 1)[0]
+    d, root = _root(log)
+    assert root == "other" and d.root_cause.rule != "python-app-exception-raise-cut"
+    # a re-raise of a caught object does not name the type
+    d, root = _root(_CUT_AT_RAISE.replace('raise FileNotFoundError(f"tokenizer.json not found in {path}")', "raise err"))
+    assert root == "other"
+
+
+def test_cut_traceback_raising_a_comm_error_is_not_the_application():
+    log = _CUT_AT_RAISE.replace('raise FileNotFoundError(f"tokenizer.json not found in {path}")',
+                                'raise DistStoreError("Timed out after 901 seconds waiting for clients. 3/4 clients joined.")')
+    d, root = _root(log)
+    assert d.root_cause is None or d.root_cause.rule != "python-app-exception-raise-cut"
