@@ -1,7 +1,7 @@
 """The failure classes behind the misses of session 7's fresh public sets (fixtures/blind9, fixtures/blind8;
 docs/classes-session7c.md), each from what the program that prints the text does, not from one pasted log:
-vLLM's / SGLang's custom all-reduce failing in its CUDA IPC calls, and a traceback cut after its frames whose
-innermost frame is the raise statement."""
+vLLM's / SGLang's custom all-reduce failing in its CUDA IPC calls, a traceback cut after its frames whose
+innermost frame is the raise statement, and c10d's store client failing one address with EADDRNOTAVAIL."""
 from __future__ import annotations
 
 import pytest
@@ -99,3 +99,30 @@ def test_cut_traceback_raising_a_comm_error_is_not_the_application():
                                 'raise DistStoreError("Timed out after 901 seconds waiting for clients. 3/4 clients joined.")')
     d, root = _root(log)
     assert d.root_cause is None or d.root_cause.rule != "python-app-exception-raise-cut"
+
+
+# -- c10d's store client: connect() -> EADDRNOTAVAIL (errno 99) for one address (socket.cpp SocketConnectOp) -------
+_ADDRNOTAVAIL = ("[W1104 09:30:12.118204 socket.cpp:697] [c10d] The client socket has failed to connect to "
+                 "[localhost]:29511 (errno: 99 - Cannot assign requested address).\n")
+
+
+def test_store_connect_addrnotavail_alone_is_the_port_reuse_not_an_unreachable_master():
+    d, root = _root(_ADDRNOTAVAIL)
+    assert root == "port_conflict"
+    assert d.root_cause.rule != "torch-store-connect-failed"  # neither refused nor timed out: not a wrong address
+
+
+def test_store_connect_addrnotavail_then_progress_is_no_failure():
+    # c10d goes on to the next address (127.0.0.1 after ::1 on a host with IPv6 off) and the process gets further
+    log = (_ADDRNOTAVAIL
+           + "trainer-1:4410:4533 [0] NCCL INFO comm 0x55d0c1e0 rank 0 nranks 1 cudaDev 0 nvmlDev 0 busId 1b000 "
+             "commId 0x7e11c0d2a4b3f001 - Init COMPLETE\n"
+           + "step 1 loss 2.31\n")
+    d, root = _root(log)
+    assert root is None
+    assert all(x.reason.startswith("a retry that later succeeded") for x in d.dismissed)
+
+
+def test_store_connect_refused_alone_stays_unreachable():
+    _, root = _root(_ADDRNOTAVAIL.replace("errno: 99 - Cannot assign requested address", "errno: 111 - Connection refused"))
+    assert root == "rendezvous_unreachable"
