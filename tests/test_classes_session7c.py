@@ -1,7 +1,8 @@
 """The failure classes behind the misses of session 7's fresh public sets (fixtures/blind9, fixtures/blind8;
 docs/classes-session7c.md), each from what the program that prints the text does, not from one pasted log:
 vLLM's / SGLang's custom all-reduce failing in its CUDA IPC calls, a traceback cut after its frames whose
-innermost frame is the raise statement, and c10d's store client failing one address with EADDRNOTAVAIL."""
+innermost frame is the raise statement, c10d's store client failing one address with EADDRNOTAVAIL, and the rank
+that starts the TCPStore server named for its bind failure."""
 from __future__ import annotations
 
 import pytest
@@ -126,3 +127,40 @@ def test_store_connect_addrnotavail_then_progress_is_no_failure():
 def test_store_connect_refused_alone_stays_unreachable():
     _, root = _root(_ADDRNOTAVAIL.replace("errno: 99 - Cannot assign requested address", "errno: 111 - Connection refused"))
     assert root == "rendezvous_unreachable"
+
+
+# -- the TCPStore server's bind failure is rank 0's (init_process_group's env:// / tcp:// rendezvous) -------------
+_STORE_BIND = """\
+Traceback (most recent call last):
+  File "/srv/asr/train.py", line 88, in <module>
+    dist.init_process_group("gloo", init_method="env://")
+  File "/opt/py/lib/python3.10/site-packages/torch/distributed/c10d_logger.py", line 79, in wrapper
+    return func(*args, **kwargs)
+  File "/opt/py/lib/python3.10/site-packages/torch/distributed/distributed_c10d.py", line 1305, in init_process_group
+    store, rank, world_size = next(rendezvous_iterator)
+  File "/opt/py/lib/python3.10/site-packages/torch/distributed/rendezvous.py", line 246, in _env_rendezvous_handler
+    store = _create_c10d_store(master_addr, master_port, rank, world_size, timeout, use_libuv)
+  File "/opt/py/lib/python3.10/site-packages/torch/distributed/rendezvous.py", line 174, in _create_c10d_store
+    return TCPStore(
+torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. port: 29500, useIpv6: 0, code: -98, name: EADDRINUSE, message: address already in use
+"""
+
+
+def test_store_bind_failure_in_init_process_group_is_rank_0s():
+    d, root = _root(_STORE_BIND)
+    assert root == "port_conflict"
+    assert d.root_cause.ranks == (0,)
+
+
+def test_store_bind_failure_of_torchruns_agent_names_no_rank():
+    # the agent hosts the store (torch/distributed/elastic/...): no worker rank started it
+    log = ("Traceback (most recent call last):\n"
+           '  File "/opt/py/bin/torchrun", line 8, in <module>\n'
+           "    sys.exit(main())\n"
+           '  File "/opt/py/lib/python3.10/site-packages/torch/distributed/elastic/rendezvous/static_tcp_rendezvous.py",'
+           " line 55, in next_rendezvous\n"
+           "    self._store = TCPStore(  # type: ignore[call-arg]\n"
+           + _STORE_BIND.rsplit("\n", 2)[-2] + "\n")
+    d, root = _root(log)
+    assert root == "port_conflict"
+    assert d.root_cause.ranks == ()
