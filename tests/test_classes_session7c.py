@@ -85,6 +85,13 @@ def test_cut_traceback_at_a_raise_is_the_application_error():
     assert "FileNotFoundError" in d.root_cause.title and "tok.py:41 in load_tokenizer" in d.root_cause.title
 
 
+def test_cut_traceback_at_a_failed_assert_is_an_assertion_error():
+    log = _CUT_AT_RAISE.replace('raise FileNotFoundError(f"tokenizer.json not found in {path}")',
+                                'assert tok.vocab_size == cfg.vocab, f"vocab {tok.vocab_size} != {cfg.vocab}"')
+    d, root = _root(log)
+    assert root == "app_exception" and "AssertionError" in d.root_cause.title
+
+
 def test_cut_traceback_without_a_raise_stays_vague():
     # cut at a call: where the program was, not what was raised (the fail-safe's low-confidence 'other')
     log = _CUT_AT_RAISE.rsplit("[rank3]:     raise", 1)[0]
