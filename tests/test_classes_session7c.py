@@ -1,8 +1,8 @@
 """The failure classes behind the misses of session 7's fresh public sets (fixtures/blind9, fixtures/blind8;
 docs/classes-session7c.md), each from what the program that prints the text does, not from one pasted log:
 vLLM's / SGLang's custom all-reduce failing in its CUDA IPC calls, a traceback cut after its frames whose
-innermost frame is the raise statement, c10d's store client failing one address with EADDRNOTAVAIL, and the rank
-that starts the TCPStore server named for its bind failure."""
+innermost frame is the raise statement, c10d's store client failing one address with EADDRNOTAVAIL, the rank that
+starts the TCPStore server named for its bind failure, and vLLM's executor reporting that a worker process died."""
 from __future__ import annotations
 
 import pytest
@@ -171,3 +171,24 @@ def test_store_bind_failure_of_torchruns_agent_names_no_rank():
     d, root = _root(log)
     assert root == "port_conflict"
     assert d.root_cause.ranks == ()
+
+
+# -- vLLM's executor: a worker process ended (multiproc_executor.py, ray_executor_v2.py, v0 multiproc_worker_utils.py)
+@pytest.mark.parametrize("line,want", [
+    ("ERROR 06-30 14:02:11 [multiproc_executor.py:146] Worker proc VllmWorker-3 died unexpectedly, shutting down executor.",
+     "peer_exit"),
+    ("(EngineCore_DP1 pid=7121) ERROR 06-30 14:02:11 [ray_executor_v2.py:470] RayWorkerProc rank=[1] died unexpectedly, "
+     "shutting down executor.", "peer_exit"),
+    ("ERROR 09-12 03:14:55 multiproc_worker_utils.py:120] Worker VllmWorkerProcess pid 90211 died, exit code: -9",
+     "host_oom"),
+    ("ERROR 09-12 03:14:55 multiproc_worker_utils.py:120] Worker VllmWorkerProcess pid 90211 died, exit code: -11",
+     "other"),
+])
+def test_vllm_worker_died_alone_is_a_failure(line, want):
+    _, root = _root("INFO 06-30 14:01:58 [gpu_model_runner.py:1201] Model loading took 14.2 GiB\n" + line + "\n")
+    assert root == want
+
+
+def test_vllm_worker_died_quoted_in_prose_is_no_log_line():
+    _, root = _root("We noticed the Worker proc VllmWorker-1 died unexpectedly after an hour, any idea?\n")
+    assert root is None
