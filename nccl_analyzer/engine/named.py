@@ -155,3 +155,18 @@ def store_host_gone(ctx: PredContext, regex: str = "", host_rank: int = 0, not_w
         return None
     who = f"rank {host_rank}, which hosts the TCPStore,"
     return PredResult(bound={"peer_ranks": str(host_rank), "peer_who": who}, ranks=(host_rank,))
+
+
+@predicate
+def store_server_rank(ctx: PredContext, frames: str = "", host_rank: int = 0, **args: Any) -> PredResult | None:
+    """The rank that starts the job's TCPStore server, where a matched traceback shows the store being created by
+    init_process_group's own rendezvous (``frames`` on its ``file:function`` lines): the env:// and tcp:// handlers
+    create it with ``start_daemon``/``is_master`` = (rank == ``host_rank``), every other rank only connects, so a
+    failure to listen (EADDRINUSE) raised there is that rank's. Under torchrun's agent store the workers never listen
+    (the agent does, in its own frames). Fails when a matched line carries another rank."""
+    rx = re.compile(frames)
+    if not frames or not any(rx.search(str(field_value(ev, "frames_text") or "")) for ev in ctx.events):
+        return None
+    if {ctx.builder.rank_of(ev) for ev in ctx.events} - {None, host_rank}:
+        return None
+    return PredResult(bound={"server_who": f"rank {host_rank}, which starts the TCPStore server"}, ranks=(host_rank,))

@@ -7,7 +7,7 @@ from typing import Any
 from lark.exceptions import LarkError, VisitError
 
 from ...model import Event, Line
-from .value import _IDLE_LINES
+from .value import _IDLE_LINES, raise_statement
 from .grammar import classify_body
 from .prefix import (UNRAISABLE_GAP, _CARET, _CHAIN, _CHILD_LINE, _COMM_EXC, _COMM_KINDS, _CONT, _EXC_LINE,
     _FRAME_SEARCH, _LONE_EXC, _MULTILINE_KINDS, _PRE_BY_CHAR, _RANK_WRAP, _RECORD_START, _WHAT, _cont_type)
@@ -418,6 +418,9 @@ class TorchParser:
         }
         if b.kind == "tb" and exc.get("exc_type") is None:
             fields["incomplete"] = True  # header and frames, no exception line (output cut off)
+            raised = raise_statement(b.frames[-1].get("code")) if b.frames else None
+            if raised:  # its innermost frame's line is a raise statement: that names what was raised
+                fields["raise_type"], fields["raise_message"] = raised
         if b.indent:
             fields["indented"] = True  # the whole traceback was indented (messages/events.toml [caught] quoted)
         if b.unraisable or (b.kind == "tb" and b.frames and b.frames[0].get("function") == "__del__"):

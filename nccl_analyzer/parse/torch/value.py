@@ -59,3 +59,29 @@ def _text(tok: Any) -> str | None:
         return None
     s = str(tok).strip()
     return s or None
+
+
+# ``raise RuntimeError("text")`` / ``raise errors.ConfigError(f"...")`` / ``raise ValueError`` -- a class (its last
+# dotted part capitalised), not ``raise exc`` / ``raise self.error`` / a bare ``raise`` (those do not name the type)
+_RAISE = re.compile(r"raise\s+(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*)\s*(?:$|\(|from\b)")
+_RAISE_LITERAL = re.compile(r"""\(\s*[rRuUfFbB]{0,2}(?P<q>["'])(?P<text>.*)(?P=q)\s*(?:[,)%]|\.format\b)""")
+# ``assert cond, "text"`` raises AssertionError with that text (``assert cond`` with none)
+_ASSERT = re.compile(r"""assert\b\s*(?P<cond>.*?)(?:,\s*[rRuUfFbB]{0,2}(?P<q>["'])(?P<text>.*)(?P=q)\s*)?$""")
+
+
+def raise_statement(code: Any) -> tuple[str, str] | None:
+    """A frame's source line that is a ``raise`` of a named exception class (or an ``assert``) -> (class, message
+    literal or "").
+
+    Python's traceback shows, for its innermost frame, the line that raised: when the exception line itself is not in
+    the input (the output or the paste was cut after the frames), a ``raise Name(...)`` there still says what was raised
+    (and a failed ``assert`` raises AssertionError).
+    """
+    if not isinstance(code, str):
+        return None
+    m = _RAISE.match(code.strip())
+    if m is None:
+        a = _ASSERT.match(code.strip())
+        return ("AssertionError", a.group("text") or "") if a and a.group("cond") else None
+    lit = _RAISE_LITERAL.match(code.strip(), m.end() - 1) if code.strip()[m.end() - 1:m.end()] == "(" else None
+    return m.group("type"), (lit.group("text") if lit else "")
