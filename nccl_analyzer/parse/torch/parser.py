@@ -262,7 +262,10 @@ class TorchParser:
             self._unraisable = None
             self._blocks.append(b)
             return []
-        if c == "E" and text.startswith("Exception ignored "):
+        # CPython < 3.12 (Modules/atexitmodule.c atexit_callfuncs) prints "Error in atexit._run_exitfuncs:" before the
+        # traceback of an exit handler that raised, and goes on exiting (3.12+ says "Exception ignored in atexit
+        # callback: ..." through sys.unraisablehook): the same report-and-carry-on as "Exception ignored in: ...".
+        if c == "E" and text.startswith(("Exception ignored ", "Error in atexit._run_exitfuncs")):
             self._unraisable = (line.path, key, line.lineno)
             return None
         if self._unraisable is not None and self._unraisable[1] == key:
