@@ -35,7 +35,7 @@ SIGNALS = {
     "illegal instruction": ("SIGILL", 4),
 }
 _NUM_NAME = {11: "SIGSEGV", 7: "SIGBUS", 6: "SIGABRT", 8: "SIGFPE", 4: "SIGILL"}
-_PRE = re.compile(r"Fatal Python error|Caught signal \d|\*\*\* (?:SIG[A-Z]+|Aborted at)|received signal SIG|"
+_PRE = re.compile(r"Fatal Python error|Caught signal \d|hread 0x[0-9a-fA-F]+ \(most recent call first\)|\*\*\* (?:SIG[A-Z]+|Aborted at)|received signal SIG|"
                   r"(?:Segmentation fault|Bus error|Aborted|Floating point exception|Illegal instruction)"
                   r" \(core dumped\)|PC: @ ")
 _HEADERS = (
@@ -47,6 +47,9 @@ _HEADERS = (
     (re.compile(r"received signal (?P<name>SIG[A-Z]+)"), "gdb"),
     (re.compile(r"(?:(?P<pid>\d+) )?(?P<what>Segmentation fault|Bus error|Aborted|Floating point exception|"
                 r"Illegal instruction) \(core dumped\)"), "shell"),
+    # faulthandler's thread dump (Python/traceback.c _Py_DumpTracebackThreads) with its "Fatal Python error: ..."
+    # header not in the input (a paste that starts inside the dump): which signal is not known
+    (re.compile(r"^\s*(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):"), "faulthandler"),
 )
 _PY_FRAME = re.compile(r'\s+File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 _UCX_FRAME = re.compile(r"\s*\d+\s+(?P<file>\S+?)\((?P<func>[^+)]*)(?:\+0x[0-9a-f]+)?\) \[0x[0-9a-f]+\]")
@@ -107,7 +110,7 @@ class CrashParser:
                 return [oom]
         # cheap substring tests first: this runs on every line no other parser took
         if not ("Fatal Python" in text or "signal" in text or "SIG" in text or "core dumped" in text
-                or "Aborted at" in text) or not _PRE.search(text):
+                or "Aborted at" in text or "call first" in text) or not _PRE.search(text):
             return None
         for rx, form in _HEADERS:
             m = rx.search(text)
