@@ -18,6 +18,8 @@ One ``native.crash`` event per report (docs/events.md), with the signal and the 
   (unix time) try "date -d @1700" if you are using GNU date ***``, ``PC: @ 0x... func``), gdb (``Thread 1 "python"
   received signal SIGSEGV, Segmentation fault.``, ``#0  0x... in func () from /lib/x.so``) and the shell
   (``Segmentation fault (core dumped)``, ``bash: line 1: 1234 Bus error (core dumped) python train.py``).
+A faulthandler thread dump whose header is not in the input (it starts at ``Current thread 0x...`` or ``Thread 0x...``)
+is a report with no ``signal``.
 
 The parser only sees lines the NCCL and torch parsers did not take; its frames continue a report until another
 line comes (``EventStream`` closes an open report when another parser takes a line).
