@@ -177,3 +177,24 @@ def test_class8_a_dump_with_its_header_is_one_crash_report_with_its_signal():
     d = _d("Fatal Python error: Segmentation fault\n\n" + FAULT_DUMP)
     assert d.root_cause.rule == "crash-signal"
     assert "SIGSEGV" in d.root_cause.title
+
+
+# -- class 9: the hosts of one job load different NET plugins -------------------------------------------------
+PLUGINS = """node-a:3301:3350 [0] NCCL INFO NET/Plugin : No plugin found (libnccl-net.so), using internal implementation
+node-a:3301:3350 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.1.0.1<0>
+node-c:8120:8170 [0] NCCL INFO NET/Plugin: Loaded net plugin NCCL RDMA Plugin v7 (v7)
+node-c:8120:8170 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.1.0.3<0>
+"""
+
+
+def test_class9_hosts_with_different_net_plugins():
+    d = _d(PLUGINS)
+    assert d.root_cause.id == "ib_rdma"
+    assert d.root_cause.rule == "nccl-net-plugin-differs-across-hosts"
+    assert "node-a" in d.root_cause.title and "node-c" in d.root_cause.title
+
+
+def test_class9_the_same_plugin_everywhere_is_no_finding():
+    same = PLUGINS.replace("NCCL INFO NET/Plugin : No plugin found (libnccl-net.so), using internal implementation",
+                           "NCCL INFO NET/Plugin: Loaded net plugin NCCL RDMA Plugin v7 (v7)")
+    assert _d(same).root_cause is None
