@@ -92,6 +92,27 @@ def test_class4_launcher_exit_status_alone(line, want):
     assert _id(line + "\n") == want
 
 
+@pytest.mark.parametrize("line, want", [
+    ("command terminated with exit code 137", "host_oom"),
+    ("Error: Process completed with exit code 137.", "host_oom"),
+    ("trainer-1 exited with code 137", "host_oom"),
+    ("trainer-1 exited with code 135", "shm"),
+    ("command terminated with exit code 139", "other"),
+])
+def test_class4_runtime_exit_status_128_plus_signal(line, want):
+    assert _id(line + "\n") == want
+
+
+def test_class4_runtime_exit_status_zero_or_plain_is_not_read_as_a_signal():
+    assert _id("trainer-1 exited with code 0\n") is None
+
+
+def test_class4_srun_task_out_of_memory():
+    d = _d("srun: error: gpu-017: task 5: Out Of Memory\n")
+    assert d.root_cause.id == "host_oom"
+    assert d.root_cause.rule == "launcher-task-oom"
+
+
 def test_class4_the_phrase_inside_prose_is_no_log_line():
     assert _id("my job exits with return code = -9 although the node has 2 TB of RAM\n") is None
 
