@@ -131,9 +131,10 @@ def env_setting(ctx: PredContext, **args: Any) -> PredResult | None:
 @predicate
 def hosts_differ(ctx: PredContext, classes: dict[str, str] | None = None, **args: Any) -> PredResult | None:
     """Hosts of one job that set something up differently: each matched line goes into the first of ``classes``
-    (name -> regex on its message: an NCCL line's text after its prefix) whose regex it matches; passes when at least two hosts each have lines of one class
-    only and those classes differ (a host that printed two classes, or lines without a host, decide nothing). Binds
-    `hosts_story` ("node-a: internal; node-b: plugin") and names no rank (the setup is the host's, not a rank's)."""
+    (name -> regex on its message: an NCCL line's text after its prefix) whose regex it matches; passes when at
+    least two hosts each have lines of one class only and those classes differ (a host that printed two classes, or
+    lines without a host, decide nothing). Binds `hosts_story` ("node-a: internal; node-b: plugin") and names no
+    rank (the setup is the host's, not a rank's)."""
     rxs = [(name, re.compile(rx)) for name, rx in (classes or {}).items()]
     seen: dict[str, set[str]] = {}
     first: dict[tuple[str, str], Any] = {}

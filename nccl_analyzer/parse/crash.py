@@ -37,7 +37,8 @@ SIGNALS = {
     "illegal instruction": ("SIGILL", 4),
 }
 _NUM_NAME = {11: "SIGSEGV", 7: "SIGBUS", 6: "SIGABRT", 8: "SIGFPE", 4: "SIGILL"}
-_PRE = re.compile(r"Fatal Python error|Caught signal \d|hread 0x[0-9a-fA-F]+ \(most recent call first\)|\*\*\* (?:SIG[A-Z]+|Aborted at)|received signal SIG|"
+_PRE = re.compile(r"Fatal Python error|Caught signal \d|hread 0x[0-9a-fA-F]+ \(most recent call first\)|"
+                  r"\*\*\* (?:SIG[A-Z]+|Aborted at)|received signal SIG|"
                   r"(?:Segmentation fault|Bus error|Aborted|Floating point exception|Illegal instruction)"
                   r" \(core dumped\)|PC: @ ")
 _HEADERS = (
