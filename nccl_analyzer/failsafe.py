@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
+from .engine.virtual import field_value
 from .messages import Meaning, Tables, load_tables
 from .model import Dismissed, Event, Evidence, Fix, RootCause
 
@@ -27,6 +28,8 @@ QUOTE_CAP = 5
 #: Confidence of a root cause inferred from one unrecognised line (a specific id / ``other``-like ids).
 INFERRED_CONFIDENCE = 0.4
 INFERRED_CONFIDENCE_VAGUE = 0.3
+#: Virtual fields (engine/virtual.py) an events.toml `where` may test: where a traceback was.
+_FRAME_FIELDS = frozenset(("frames_text", "last_frame_file", "last_frame_func"))
 _VAGUE = frozenset({"other", "peer_exit", "watchdog_timeout"})
 _NUM = re.compile(r"0x[0-9a-fA-F]+|\d+")
 _PY = ("python.traceback", "python.exception")
@@ -126,7 +129,8 @@ class ErrorLedger:
                     self.fatal = True
             except (TypeError, ValueError):
                 self.fatal = True
-        found = self.t.event(kind, ev.get)
+        # events.toml's `where` reads the stored fields, and the selectors' virtual fields of a traceback's frames
+        found = self.t.event(kind, lambda name: field_value(ev, name) if name in _FRAME_FIELDS else ev.get(name))
         if found is None:
             return
         if found[0].absorbs_traces:  # not an error line itself: it says the traces before it were no failure

@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 from .predicate import PredContext, PredResult, predicate
+from .virtual import field_value
 
 
 @predicate
@@ -125,3 +126,33 @@ def env_setting(ctx: PredContext, **args: Any) -> PredResult | None:
     if want is not None and not re.search(str(want), val):
         return None
     return PredResult(bound={name: val, "env_value": val}, evidence=list(b.env_events.get(name, []))[:1])
+
+
+@predicate
+def hosts_differ(ctx: PredContext, classes: dict[str, str] | None = None, **args: Any) -> PredResult | None:
+    """Hosts of one job that set something up differently: each matched line goes into the first of ``classes``
+    (name -> regex on its message: an NCCL line's text after its prefix) whose regex it matches; passes when at
+    least two hosts each have lines of one class only and those classes differ (a host that printed two classes, or
+    lines without a host, decide nothing). Binds `hosts_story` ("node-a: internal; node-b: plugin") and names no
+    rank (the setup is the host's, not a rank's)."""
+    rxs = [(name, re.compile(rx)) for name, rx in (classes or {}).items()]
+    seen: dict[str, set[str]] = {}
+    first: dict[tuple[str, str], Any] = {}
+    for ev in ctx.events:
+        if not ev.host:
+            continue
+        text = str(ev.fields.get("msg") or field_value(ev, "body") or "")  # an NCCL line's message after its prefix
+        name = next((n for n, rx in rxs if rx.search(text)), None)
+        if name is None:
+            continue
+        seen.setdefault(ev.host, set()).add(name)
+        first.setdefault((ev.host, name), ev)
+    one = {h: next(iter(ns)) for h, ns in seen.items() if len(ns) == 1}
+    if len(set(one.values())) < 2:
+        return None
+    hosts = sorted(one, key=lambda h: (one[h], h))
+    story = "; ".join(f"{h}: {one[h]}" for h in hosts[:8]) + ("; ..." if len(hosts) > 8 else "")
+    by_class: dict[str, Any] = {}
+    for h in hosts:
+        by_class.setdefault(one[h], first[(h, one[h])])
+    return PredResult(bound={"hosts_story": story}, evidence=sorted(by_class.values(), key=lambda e: (e.path, e.line)))

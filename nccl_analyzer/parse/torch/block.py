@@ -19,7 +19,7 @@ class _Block:
     __slots__ = ("kind", "key", "line", "rank", "local_rank", "time", "lines", "linenos", "nlines", "end_line", "state",
                  "frames", "chain", "exc", "msg", "expect_last", "generic", "junk", "child", "child_done",
                  "record", "last_seen", "truncated", "pending_code", "saw_blank", "seen", "msg_at", "headless",
-                 "unraisable", "indent")
+                 "unraisable", "atexit", "indent")
 
     def __init__(self, kind: str, key: tuple, line: Line, rank: int | None, text: str):
         self.kind = kind  # "tb" | "exc" | "rec" | "term" | "child"
@@ -56,6 +56,7 @@ class _Block:
         self.indent = ""  # the whitespace before an indented traceback's header (its lines are read without it)
         self.headless = False  # a traceback whose "Traceback (most recent call last):" header is not in the input
         self.unraisable = False  # right after "Exception ignored in: ...": reported and carried on from
+        self.atexit = False  # right after "Error in atexit._run_exitfuncs:": an exit handler raised (also unraisable)
 
     def add(self, line: Line) -> None:
         if len(self.msg_at) < len(self.msg):

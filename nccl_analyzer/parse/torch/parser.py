@@ -24,7 +24,7 @@ class TorchParser:
     of anything still held, so the dispatcher can keep the stream ordered.
     """
 
-    __slots__ = ("_blocks", "_pending", "_count", "errors", "_unraisable", "_indent")
+    __slots__ = ("_blocks", "_pending", "_count", "errors", "_unraisable", "_atexit", "_indent")
 
     def __init__(self) -> None:
         self._blocks: list[_Block] = []
@@ -35,6 +35,7 @@ class TorchParser:
         # traceback the interpreter reports and then carries on from (a __del__, a callback, a thread's exit); other
         # processes' lines in a shared pipe may come between the two
         self._unraisable: tuple[str, tuple, int] | None = None
+        self._atexit = False  # that report was CPython's "Error in atexit._run_exitfuncs:"
         self._indent = ""  # the indentation of an open indented traceback (see feed)
 
     # -------------------------------------------------------------------------------- public API
@@ -259,11 +260,16 @@ class TorchParser:
             b = _Block("tb", key, line, rank, text)
             u = self._unraisable
             b.unraisable = u is not None and u[:2] == (line.path, key) and line.lineno - u[2] <= UNRAISABLE_GAP
+            b.atexit = b.unraisable and self._atexit
             self._unraisable = None
             self._blocks.append(b)
             return []
-        if c == "E" and text.startswith("Exception ignored "):
+        # CPython < 3.12 (Modules/atexitmodule.c atexit_callfuncs) prints "Error in atexit._run_exitfuncs:" before the
+        # traceback of an exit handler that raised, and goes on exiting (3.12+ says "Exception ignored in atexit
+        # callback: ..." through sys.unraisablehook): the same report-and-carry-on as "Exception ignored in: ...".
+        if c == "E" and text.startswith(("Exception ignored ", "Error in atexit._run_exitfuncs")):
             self._unraisable = (line.path, key, line.lineno)
+            self._atexit = text.startswith("Error in atexit.")
             return None
         if self._unraisable is not None and self._unraisable[1] == key:
             self._unraisable = None  # its report had no traceback: another record of this key came first
@@ -427,6 +433,8 @@ class TorchParser:
             # reported by sys.unraisablehook: the interpreter went on. A traceback that starts in a finaliser never
             # reached the top of a program (those start at <module>, a thread's or a process's bootstrap).
             fields["unraisable"] = True
+        if b.atexit:
+            fields["atexit"] = True
         first = (b.msg[0] if b.msg else "") if not b.child else ""
         res = classify_body(first) if first else None
         derived: list[Event] = []

@@ -37,7 +37,7 @@ _EXC = r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure|Ti
 _UPPER = (r"[FEWIVC]\d{4} \d|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):|Traceback \(most|During handling of the above|"
           r"The (?:above exception|server socket|client socket)|NCCL (?:error|timeout|communicator)|"
           r"CUDA (?:error|driver error|out of memory)|Cuda failure \S+:\d+ '|WorkNCCL\(|Work WorkNCCL|Watchdog caught|Some NCCL|"
-          r"To avoid data|Process group watchdog|Process \d+ got signal|Exception \(either|Exception ignored |Exception raised from|"
+          r"To avoid data|Process group watchdog|Process \d+ got signal|Exception \(either|Exception ignored |Error in atexit\._run_exitfuncs|Exception raised from|"
           r"Timeout at NCCL|Timed out after|Heartbeat monitor|ProcessGroupNCCL|PGNCCL|HeartbeatMonitor|Received |"
           r"First (?:PG|watchdog)|Observed flight|Finished (?:flight|writing NCCLPG|writing Flight Recorder)|Flight [Rr]ecorder|"
           r"Stack trace of the failed|Socket Timeout|Failed to recv|Sending process|Signal \d+ \(|Setting OMP_NUM|"
