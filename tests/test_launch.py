@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 
 from jobs.jobkit import (EXIT, ROOT, SCENARIOS, SLOW_WRITER, analyzer, env, final_verdict, held_port, needs_torch,
-                         torchrun)
+                         run_job, torchrun)
 
 PORT_LOG = ROOT / "fixtures" / "h200-nccl-2.28.9" / "03_port_in_use" / "log.txt"
 
 
-def launch(tmp_path: Path, *cmd: str, opts: tuple[str, ...] = (), timeout: float = 90, **extra: str):
-    return subprocess.run(analyzer("launch", "--log-dir", str(tmp_path / "logs"), *opts, "--", *cmd),
-                          capture_output=True, env=env(**extra), timeout=timeout, cwd=tmp_path)
+def launch(tmp_path: Path, *cmd: str, opts: tuple[str, ...] = (), **extra: str):
+    return run_job(analyzer("launch", "--log-dir", str(tmp_path / "logs"), *opts, "--", *cmd), merged=False,
+                   text=False, env=env(**extra), cwd=tmp_path)
 
 
 def py(code: str) -> list[str]:
@@ -110,25 +110,25 @@ def test_launch_debug_env_added_kept_or_left_out(tmp_path):
     for k in ("NCCL_DEBUG", "PYTHONUNBUFFERED", "TORCH_NCCL_DUMP_ON_TIMEOUT", "TORCH_FR_DUMP_TEMP_FILE",
               "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"):
         e.pop(k, None)
-    res = subprocess.run(analyzer("launch", "--log-dir", "L", "--", *show), capture_output=True, env=e, cwd=tmp_path)
+    res = run_job(analyzer("launch", "--log-dir", "L", "--", *show), merged=False, text=False, env=e, cwd=tmp_path)
     logs = (tmp_path / "L").absolute()
     assert res.stdout.decode().split() == ["NCCL_DEBUG=INFO", "PYTHONUNBUFFERED=1", "TORCH_NCCL_DUMP_ON_TIMEOUT=1",
                                            f"TORCH_FR_DUMP_TEMP_FILE={logs}/fr_trace_rank_"]
     assert "added to its environment: NCCL_DEBUG=INFO" in res.stderr.decode()
 
-    res = subprocess.run(analyzer("launch", "--log-dir", "L", "--", *show), capture_output=True,
-                         env=dict(e, NCCL_DEBUG="WARN"), cwd=tmp_path)
+    res = run_job(analyzer("launch", "--log-dir", "L", "--", *show), merged=False, text=False,
+                  env=dict(e, NCCL_DEBUG="WARN"), cwd=tmp_path)
     assert res.stdout.decode().split()[0] == "NCCL_DEBUG=WARN"
     assert "kept your NCCL_DEBUG=WARN" in res.stderr.decode()
 
-    res = subprocess.run(analyzer("launch", "--no-debug-env", "--log-dir", "L", "--", *show), capture_output=True,
-                         env=e, cwd=tmp_path)
+    res = run_job(analyzer("launch", "--no-debug-env", "--log-dir", "L", "--", *show), merged=False, text=False,
+                  env=e, cwd=tmp_path)
     assert res.stdout.decode().split() == ["NCCL_DEBUG=None", "PYTHONUNBUFFERED=None",
                                            "TORCH_NCCL_DUMP_ON_TIMEOUT=None", "TORCH_FR_DUMP_TEMP_FILE=None"]
 
 
 def test_launch_default_log_dir_in_cwd(tmp_path):
-    res = subprocess.run(analyzer("launch", "--", *py("print('hi')")), capture_output=True, env=env(), cwd=tmp_path)
+    res = run_job(analyzer("launch", "--", *py("print('hi')")), merged=False, text=False, env=env(), cwd=tmp_path)
     assert res.returncode == 0 and res.stdout == b"hi\n"
     (d,) = tmp_path.glob("nccl-analyze-*-*")
     assert (d / "job.log").read_bytes() == b"hi\n" and (d / "report.txt").exists()
@@ -136,12 +136,15 @@ def test_launch_default_log_dir_in_cwd(tmp_path):
 
 def test_launch_unbuffered_and_provisional_verdict_while_running(tmp_path):
     """The job's lines and the provisional verdict show while the job still runs."""
+    go = tmp_path / "go"
     code = f"""
-        import sys, time
+        import os, sys, time
         # the traceback is the last thing on stderr: it shows once the output has been quiet for 2 s
         sys.stderr.buffer.write(open({str(PORT_LOG)!r}, 'rb').read()); sys.stderr.flush()
         print('still running', flush=True)
-        time.sleep(15)
+        deadline = time.monotonic() + 120  # until the test has seen the verdict (its go file), at most 120 s
+        while not os.path.exists({str(go)!r}) and time.monotonic() < deadline:
+            time.sleep(0.02)
         print('finished')
     """
     out, err = tmp_path / "out", tmp_path / "err"
@@ -149,12 +152,13 @@ def test_launch_unbuffered_and_provisional_verdict_while_running(tmp_path):
         proc = subprocess.Popen(analyzer("launch", "--log-dir", str(tmp_path / "logs"), "--", *py(code)),
                                 stdout=fo, stderr=fe, env=env())
         try:
-            # what is checked is the order, not a speed: the verdict is out while the job still sleeps (15 s, room
-            # for a loaded machine's start-up), and the job's line before it
-            wait_for(out, b"still running\n", timeout=12)
-            wait_for(err, b"root cause so far: port_conflict", timeout=12)
+            # what is checked is the order, not a speed: the verdict is out while the job still waits (for the go
+            # file, made only after), and the job's line before it
+            wait_for(out, b"still running\n", timeout=60)
+            wait_for(err, b"root cause so far: port_conflict", timeout=60)
             assert proc.poll() is None and b"finished" not in out.read_bytes()
-            rc = proc.wait(timeout=30)
+            go.touch()
+            rc = proc.wait(timeout=60)
         finally:
             _reap(proc)
     assert rc == 0
@@ -223,15 +227,17 @@ def test_launch_background_leftover_is_stopped(tmp_path):
 
 
 def test_launch_slow_writer_unbuffered(tmp_path):
-    out = tmp_path / "out"
+    """The job's first line is on our stdout while the job waits (for the test's go file) to write the second: what
+    is checked is the order, not a speed (a sleep of N s against a deadline fails on a loaded machine)."""
+    out, go = tmp_path / "out", tmp_path / "go"
     with open(out, "wb") as fo:
         proc = subprocess.Popen(analyzer("launch", "--log-dir", str(tmp_path / "logs"), "--", sys.executable,
-                                         str(SLOW_WRITER), "4"), stdout=fo, stderr=subprocess.DEVNULL, env=env())
+                                         str(SLOW_WRITER), str(go)), stdout=fo, stderr=subprocess.DEVNULL, env=env())
         try:
-            t0 = time.monotonic()
-            wait_for(out, b"first line from the job\n", timeout=3.5)
-            assert proc.poll() is None and time.monotonic() - t0 < 3.5
-            assert proc.wait(timeout=30) == 0
+            wait_for(out, b"first line from the job\n", timeout=60)
+            assert proc.poll() is None and b"second" not in out.read_bytes(), "the job has not written its second line"
+            go.touch()
+            assert proc.wait(timeout=60) == 0
         finally:
             _reap(proc)
     assert out.read_bytes() == b"first line from the job\nsecond line from the job\n"
@@ -245,8 +251,7 @@ def test_launch_slow_writer_unbuffered(tmp_path):
 def test_launch_torchrun(tmp_path, rid):
     mode, nproc, extra, hold = SCENARIOS[rid]
     with held_port(hold) as port:
-        res = launch(tmp_path, *torchrun(mode, nproc, port), opts=("--format", "json", "--html", "r.html"),
-                     timeout=120, **extra)
+        res = launch(tmp_path, *torchrun(mode, nproc, port), opts=("--format", "json", "--html", "r.html"), **extra)
     err = res.stderr.decode()
     assert res.returncode == EXIT[rid], err[-3000:]
     assert f"error[{rid}]" in final_verdict(err), err[-3000:]
