@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from jobs.jobkit import env, free_port, needs_torch, run_job, torchrun  # noqa: E402
+from jobs.jobkit import JOB_TIMEOUT, env, free_port, needs_torch, run_job, torchrun  # noqa: E402
 
 from nccl_analyzer.analysis import analyze, analyze_text  # noqa: E402
 from nccl_analyzer.render.text import render_text  # noqa: E402
@@ -31,7 +31,8 @@ print("{after}")
 
 
 def _feeder_output(after: str = "done") -> str:
-    p = subprocess.run([sys.executable, "-c", _FEED.format(after=after)], capture_output=True, text=True, timeout=60)
+    p = subprocess.run([sys.executable, "-c", _FEED.format(after=after)], capture_output=True, text=True,
+                       timeout=JOB_TIMEOUT)
     assert p.returncode == 0
     assert "queues.py" in p.stderr and "BrokenPipeError" in p.stderr, p.stderr
     return p.stderr

@@ -17,7 +17,7 @@ from nccl_analyzer.model import Event
 from nccl_analyzer.render.json import render_json
 from nccl_analyzer.render.text import render_text
 
-from jobs.jobkit import ROOT, env, free_port, needs_torch, run_job, torchrun
+from jobs.jobkit import JOB_TIMEOUT, ROOT, env, free_port, needs_torch, run_job, torchrun
 from test_classification import REF, instantiate
 
 RULES = load_rules()
@@ -310,7 +310,7 @@ def test_text_shows_dismissed_with_v_and_a_note_without():
 def test_shell_reported_segfault_of_a_real_process():
     """A real child dies by SIGSEGV; bash reports it; that output alone is a failure."""
     proc = subprocess.run(["bash", "-c", f"{sys.executable} -c 'import ctypes; ctypes.string_at(0)'; true"],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=JOB_TIMEOUT)
     out = proc.stdout + proc.stderr
     assert "Segmentation fault" in out
     d = analyze_text(out, rules=RULES)

@@ -6,13 +6,11 @@ import json
 import signal
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pytest
 
-from jobs.jobkit import (EXIT, ROOT, SCENARIOS, SLOW_WRITER, analyzer, env, final_verdict, held_port, needs_torch,
-                         run_job, torchrun)
+from jobs.jobkit import (EXIT, JOB_TIMEOUT, ROOT, SCENARIOS, SLOW_WRITER, analyzer, env, final_verdict, held_port,
+                         needs_torch, run_job, torchrun, wait_for)
 from nccl_analyzer import live
 from nccl_analyzer.model import Evidence, Event, Fix, RootCause
 from nccl_analyzer.sources import MAX_LINE, Source, read_raw_lines
@@ -30,21 +28,10 @@ TORCH_LINE = (b"W1129 13:57:15.332000 1354 torch/distributed/elastic/multiproces
 def _reap(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         proc.kill()
-    proc.wait(timeout=30)
+    proc.wait(timeout=JOB_TIMEOUT)
 
 
-def wait_for(path: Path, needle: bytes, timeout: float = 20) -> bytes:
-    deadline = time.monotonic() + timeout
-    data = b""
-    while time.monotonic() < deadline:
-        data = path.read_bytes()
-        if needle in data:
-            return data
-        time.sleep(0.05)
-    raise AssertionError(f"{needle!r} not in {path} after {timeout} s: {data[-2000:]!r}")
-
-
-def pipe(data: bytes, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+def pipe(data: bytes, *args: str, timeout: float = JOB_TIMEOUT) -> subprocess.CompletedProcess:
     return subprocess.run(analyzer(*args), input=data, capture_output=True, env=env(), timeout=timeout)
 
 
@@ -238,7 +225,7 @@ def test_pipe_unbuffered_line_appears_before_the_writer_exits(tmp_path):
         assert first == b"first line from the job\n"
         assert writer.poll() is None, "the first line came only once the writer had ended"
         go.touch()
-        rest, err = reader.communicate(timeout=60)
+        rest, err = reader.communicate(timeout=JOB_TIMEOUT)
     finally:
         _reap(writer)
         _reap(reader)
@@ -252,7 +239,7 @@ def test_pipe_closed_stdout_head_no_traceback(tmp_path):
     big = tmp_path / "big.log"
     big.write_bytes(PORT.read_bytes() * 300)  # ~2 MB: far more than a pipe holds, so head's exit is felt
     script = f'{" ".join(map(str, analyzer("-")))} < {big} 2> {tmp_path / "err"} | head -1; echo "${{PIPESTATUS[0]}}"'
-    res = subprocess.run(["bash", "-c", script], capture_output=True, env=env(), timeout=120)
+    res = run_job(["bash", "-c", script], merged=False, text=False, env=env())
     first, status = res.stdout.decode().splitlines()
     err = (tmp_path / "err").read_text()
     assert first == PORT.read_text().splitlines()[0]
@@ -272,7 +259,7 @@ def test_pipe_signal_mid_stream_prints_verdict_of_what_was_seen(tmp_path, sig, c
             proc.stdin.flush()
             wait_for(err, b"root cause so far: port_conflict")  # the provisional verdict, while input is open
             proc.send_signal(sig)  # the input is still open: the job is "still running"
-            rc = proc.wait(timeout=20)
+            rc = proc.wait(timeout=JOB_TIMEOUT)
         finally:
             proc.stdin.close()
             _reap(proc)

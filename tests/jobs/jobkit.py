@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -151,6 +152,19 @@ def run_on_a_free_port(build: Callable[[int], Sequence[str]], attempts: int = 3,
         if PORT_LOST not in res.stdout + (res.stderr or ""):
             break
     return res
+
+
+def wait_for(path: Path, needle: bytes, timeout: float = JOB_TIMEOUT) -> bytes:
+    """What ``path`` holds once ``needle`` is in it (a line a running process wrote): the test waits on that line,
+    not for a guessed number of seconds; ``timeout`` only ends a wait that would never end."""
+    deadline = time.monotonic() + timeout
+    data = b""
+    while time.monotonic() < deadline:
+        data = path.read_bytes() if path.exists() else b""
+        if needle in data:
+            return data
+        time.sleep(0.05)
+    raise AssertionError(f"{needle!r} not in {path} after {timeout} s: {data[-2000:]!r}")
 
 
 def analyzer(*args: str) -> list[str]:

@@ -4,7 +4,7 @@ import os
 import sys
 import time
 
-WAIT_CAP = 120.0  # a pass-through that holds the line back still ends (and fails its test) instead of hanging
+WAIT_CAP = 300.0  # a pass-through that holds the line back still ends (and fails its test) instead of hanging
 
 go = sys.argv[1]
 print("first line from the job", flush=True)
