@@ -3,6 +3,11 @@ records glued together, a GitHub auto-link. Written for the mutants a mutation s
 left alive (docs/mutation.md); the whole-paste behaviour is in test_paste.py / test_paste_forms.py."""
 from __future__ import annotations
 
+import textwrap
+
+import pytest
+
+from nccl_analyzer import paste
 from nccl_analyzer.paste.detect import _code_blocks_in_prose, _gutter_in_prose, _rank_rank
 from nccl_analyzer.paste.plan import _unlink
 from nccl_analyzer.paste.rx import _AUTOLINK
@@ -36,3 +41,21 @@ def test_a_github_auto_link_is_undone_only_where_its_text_is_its_own_target():
         "misc/net_ib.cc:101 NCCL WARN x"
     kept = "see [net_ib.cc](https://github.com/NVIDIA/nccl/blob/master/src/net_ib.cc) for it"
     assert _AUTOLINK.sub(_unlink, kept) == kept
+
+
+_WRAPPED = ("RuntimeError: The server socket has failed to listen on any local network address. The server socket has "
+            "failed to bind to [::]:29500 (errno: 98 - Address already in use). The server socket has failed to bind "
+            "to 0.0.0.0:29500 (errno: 98 - Address already in use).")
+
+
+@pytest.mark.parametrize("eol", ["", "\r"])
+def test_an_exception_message_a_person_word_wrapped_is_joined_with_the_spaces_the_wrap_took(eol):
+    """Wrapped at the words (textwrap at 80 columns: each piece ends where the next word would not fit), with LF or
+    CRLF line ends: one line again, the pieces joined by one space, under the first piece's number."""
+    pieces = textwrap.wrap(_WRAPPED, 80)
+    assert len(pieces) == 4
+    lines = ["step 1200 loss 1.93", *[p + eol for p in pieces], "step 1210 loss 1.91"]
+    plan = paste.plan_for(lines)
+    assert plan is not None and plan.words and plan.width == 80
+    out = [(n, t) for n, t, _, _ in plan.normalise((s, False) for s in lines)]
+    assert out == [(1, "step 1200 loss 1.93"), (2, _WRAPPED), (6, "step 1210 loss 1.91")]
