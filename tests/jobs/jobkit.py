@@ -127,7 +127,10 @@ def run_job(cmd: Sequence[str], *, cwd: Path | str | None = None, env: dict[str,
     except subprocess.TimeoutExpired:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
+        try:  # a process of another session may still hold the pipe: read what there is, not forever
+            out, _ = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            out = b""
         tail = (out or b"")[-3000:].decode(errors="replace")
         pytest.fail(f"the job did not finish in {timeout:.0f} s: {' '.join(map(str, cmd))}\n{tail}")
     res = subprocess.CompletedProcess(list(cmd), proc.returncode, out, err)
