@@ -1,6 +1,7 @@
 """Across runs: `diff GOOD BAD` on real captures, `fleet` on a fleet of real fixtures (local pool and Dask)."""
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -9,11 +10,11 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from jobs.jobkit import free_port
 
 from nccl_analyzer.across.fleet import discover_jobs, run_fleet, signature
 from nccl_analyzer.cli import main
@@ -180,16 +181,10 @@ def test_fleet_job_list_glob_and_unreadable_job(fleet_dir, tmp_path):
     assert res.exit_code == 2 and "Traceback" not in res.output
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_fleet_on_a_real_dask_cluster_gives_the_same_rows(fleet_dir, tmp_path):
     pytest.importorskip("distributed")
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "DASK_DISTRIBUTED__WORKER__DAEMON": "False"}
     dask = [sys.executable, "-m", "distributed.cli.dask_scheduler"]
     procs = [subprocess.Popen(dask + ["--host", "127.0.0.1", "--port", str(port), "--dashboard-address", ":0",
@@ -204,11 +199,8 @@ def test_fleet_on_a_real_dask_cluster_gives_the_same_rows(fleet_dir, tmp_path):
                                           start_new_session=True))
         from distributed import Client
 
-        deadline = time.time() + 120
-        with Client(addr, timeout="60s") as c:
-            while len(c.scheduler_info()["workers"]) < 2:
-                assert time.time() < deadline, "the Dask workers did not start"
-                time.sleep(0.5)
+        with Client(addr, timeout="120s") as c:
+            c.wait_for_workers(2, timeout=240)  # raises TimeoutError if the Dask workers did not start
         local = run_fleet([fleet_dir], engine="local", workers=2)
         on_dask = run_fleet([fleet_dir], engine="dask", scheduler=addr)
         assert on_dask.rows == local.rows
@@ -227,14 +219,23 @@ def test_fleet_on_a_real_dask_cluster_gives_the_same_rows(fleet_dir, tmp_path):
 
 @pytest.mark.slow
 def test_fleet_dask_local_cluster_by_default(fleet_dir):
+    """Dask's default HTTP port (8787) taken, as by another Dask cluster on the machine: our local cluster does not
+    use it, so Dask does not warn 'Port 8787 is already in use' (an error under this suite's filterwarnings)."""
     pytest.importorskip("distributed")
     local = run_fleet([fleet_dir], engine="local", workers=1)
-    assert run_fleet([fleet_dir], engine="dask", workers=2).rows == local.rows
+    with contextlib.ExitStack() as held:
+        try:
+            s = held.enter_context(socket.socket())
+            s.bind(("127.0.0.1", 8787))
+            s.listen()
+        except OSError:
+            pass  # taken already: the case itself
+        assert run_fleet([fleet_dir], engine="dask", workers=2).rows == local.rows
 
 
 def test_fleet_unreachable_scheduler_exits_2(fleet_dir):
     pytest.importorskip("distributed")
     res = CliRunner().invoke(main, ["fleet", str(fleet_dir), "--engine", "dask", "--scheduler",
-                                    f"tcp://127.0.0.1:{_free_port()}"])
+                                    f"tcp://127.0.0.1:{free_port()}"])
     assert res.exit_code == 2, res.output
     assert "Dask scheduler" in res.output and "Traceback" not in res.output

@@ -4,9 +4,6 @@ and carrying on, ProcessGroupNCCL's per-process "should dump" poll, and torchela
 after a mid-training failure (the root cause is the first failure, not the restarted group's reconnect)."""
 from __future__ import annotations
 
-import os
-import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +11,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from jobs.jobkit import env, needs_torch  # noqa: E402
+from jobs.jobkit import JOB_TIMEOUT, env, free_port, needs_torch, run_job, torchrun  # noqa: E402
 
 from nccl_analyzer.analysis import analyze, analyze_text  # noqa: E402
 from nccl_analyzer.render.text import render_text  # noqa: E402
@@ -34,7 +31,8 @@ print("{after}")
 
 
 def _feeder_output(after: str = "done") -> str:
-    p = subprocess.run([sys.executable, "-c", _FEED.format(after=after)], capture_output=True, text=True, timeout=60)
+    p = subprocess.run([sys.executable, "-c", _FEED.format(after=after)], capture_output=True, text=True,
+                       timeout=JOB_TIMEOUT)
     assert p.returncode == 0
     assert "queues.py" in p.stderr and "BrokenPipeError" in p.stderr, p.stderr
     return p.stderr
@@ -60,7 +58,8 @@ def test_the_same_broken_pipe_raised_by_the_program_is_still_the_failure():
            "    n = write(self._handle, buf)\n"
            "BrokenPipeError: [Errno 32] Broken pipe\n")
     d = analyze_text(log)
-    assert d.root_cause is not None, render_text(d, verbose=True)
+    assert d.root_cause is not None and d.root_cause.id == "peer_exit", render_text(d, verbose=True)  # the reader left
+    assert d.root_cause.evidence[0].text == "BrokenPipeError: [Errno 32] Broken pipe" and not d.dismissed
 
 
 def test_feeder_broken_pipe_beside_the_consumer_s_own_error_leaves_that_error_the_cause():
@@ -97,17 +96,6 @@ def test_should_dump_poll_alone_is_still_no_failure():
 
 
 # -- 3. torchelastic restarts after a mid-training failure --------------------------------------------------------
-def _port() -> int:
-    for port in range(29600, 29700):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    pytest.skip("no free port in 29600-29699")
-
-
 @needs_torch
 @pytest.mark.slow
 def test_restarted_group_failing_in_its_reconnect_leaves_the_first_failure_the_cause(tmp_path):
@@ -116,18 +104,10 @@ def test_restarted_group_failing_in_its_reconnect_leaves_the_first_failure_the_c
     names a rank of the LAST attempt; the cause is the first attempt's exception. Both the console (torchrun's own
     lines, per-rank output in files) and the per-attempt log directory are checked."""
     logs = tmp_path / "logs"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "3", "--max-restarts", "1",
-           "--master-port", str(_port()), "--log-dir", str(logs), "--redirects", "3",
-           str(ROOT / "tests" / "jobs" / "restart_job.py")]
     console = tmp_path / "console.log"
-    with open(console, "w") as fh:  # its own session: on a timeout the whole group goes, workers included
-        p = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env(), cwd=tmp_path, start_new_session=True)
-        try:
-            p.wait(timeout=240)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-            pytest.fail("torchrun did not finish in 240 s")
+    opts = ("--max-restarts", "1", "--log-dir", str(logs), "--redirects", "3")
+    p = run_job(torchrun(None, 3, free_port(), script=ROOT / "tests" / "jobs" / "restart_job.py", opts=opts),
+                env=env(), cwd=tmp_path, log=console)
     assert p.returncode != 0
     attempts = sorted(x.name for x in logs.glob("*/attempt_*"))
     assert attempts == ["attempt_0", "attempt_1"], attempts

@@ -4,15 +4,13 @@ blind_h200g; docs/classes-session6.md), each built from what the program that pr
 library's format where the point is one message's text."""
 from __future__ import annotations
 
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from jobs.jobkit import env, needs_torch  # noqa: E402
+from jobs.jobkit import env, needs_torch, run_on_a_free_port, torchrun  # noqa: E402
 
 from nccl_analyzer.analysis import analyze, analyze_text  # noqa: E402
 from nccl_analyzer.render.text import render_text  # noqa: E402
@@ -20,30 +18,10 @@ from nccl_analyzer.render.text import render_text  # noqa: E402
 JOB = Path(__file__).resolve().parent / "jobs" / "session6_job.py"
 
 
-def _port() -> int:
-    """A free port of 29760-29799 (this file's range on a shared machine), free on every address."""
-    for p in range(29760, 29800):
-        try:
-            with socket.socket(socket.AF_INET) as s4:
-                s4.bind(("", p))
-            with socket.socket(socket.AF_INET6) as s6:
-                s6.bind(("::", p))
-        except OSError:
-            continue
-        return p
-    pytest.skip("no free port in 29760-29799")
-
-
 def _run(tmp_path: Path, mode: str, nproc: int = 2, **extra: str) -> Path:
     log = tmp_path / f"{mode}.log"
-    for _ in range(3):  # another job on the machine may take the port between the check and the bind
-        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1",
-               f"--master_port={_port()}", str(JOB), mode]
-        out = subprocess.run(["nice", "-n", "10", *cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             timeout=180, cwd=tmp_path, env=env(**extra))
-        log.write_text(out.stdout)  # one console, as `2>&1` shows it
-        if "failed to listen on any local network address" not in out.stdout:
-            break
+    out = run_on_a_free_port(lambda port: torchrun(mode, nproc, port, script=JOB), env=env(**extra), cwd=tmp_path,
+                             log=log)  # one console, as `2>&1` shows it
     assert out.returncode != 0, out.stdout[-2000:]
     return log
 

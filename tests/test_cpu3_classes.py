@@ -17,54 +17,35 @@ on a real small job of tests/jobs/cpu3_classes_job.py (or a short log where the 
 """
 from __future__ import annotations
 
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from jobs.jobkit import env, needs_torch  # noqa: E402
+from jobs.jobkit import env, needs_torch, refused_port, run_on_a_free_port, torchrun  # noqa: E402
 
 from nccl_analyzer.analysis import analyze  # noqa: E402
 
 JOB = Path(__file__).resolve().parent / "jobs" / "cpu3_classes_job.py"
 
 
-def _port(skip: int = 0) -> int:
-    """A free port of 29540-29599 (the range these jobs may use on a shared machine), free on every address (the
-    TCPStore listens on all of them)."""
-    for p in range(29540 + skip, 29600):
-        try:
-            with socket.socket(socket.AF_INET) as s4:
-                s4.bind(("", p))
-            with socket.socket(socket.AF_INET6) as s6:
-                s6.bind(("::", p))
-        except OSError:
-            continue
-        return p
-    pytest.skip("no free port in 29540-29599")
-
-
 def _run(tmp_path: Path, mode: str, nproc: int = 2, **extra: str) -> Path:
     log = tmp_path / f"{mode}.log"
-    for attempt in range(3):  # another job on the machine may take the port between the check and the bind
-        port = _port(skip=7 * attempt)
-        cmd_env = dict(extra)
-        if mode in ("store_retry", "store_host_exit"):
-            cmd = [sys.executable, str(JOB), mode]
-            cmd_env["MASTER_PORT"] = str(port)
-        else:
-            cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
-                   "--master_addr=127.0.0.1", f"--master_port={port}", str(JOB), mode]
-        e = env(DOWN_PORT=str(port + 1 if port < 29599 else 29540), **cmd_env)
-        e.pop("OMP_NUM_THREADS", None)  # torchrun then prints its banner (one agent record), as in most consoles
-        out = subprocess.run(["nice", "-n", "10", *cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             timeout=120, cwd=tmp_path, env=e)
-        log.write_text(out.stdout)  # one console, as `2>&1` shows it
-        if "failed to listen on any local network address" not in out.stdout:
-            break
+    spawned = mode in ("store_retry", "store_host_exit")  # no torchrun: the job's own processes, on MASTER_PORT
+
+    def cmd(port: int) -> list[str]:
+        return [sys.executable, str(JOB), mode] if spawned else torchrun(mode, nproc, port, script=JOB)
+
+    # DOWN_PORT (dl_retry's / dl_fail's vocab server) refuses connections: held by us, never listened on, so no
+    # other job's store can be on it
+    with refused_port() as down:
+        def cmd_env(port: int) -> dict[str, str]:
+            e = env(DOWN_PORT=str(down), **extra, **({"MASTER_PORT": str(port)} if spawned else {}))
+            e.pop("OMP_NUM_THREADS", None)  # torchrun then prints its banner (one agent record), as in most consoles
+            return e
+
+        run_on_a_free_port(cmd, env=cmd_env, cwd=tmp_path, log=log)  # one console, as `2>&1` shows it
     return log
 
 
@@ -133,7 +114,9 @@ def test_handled_chained_error_followed_by_the_same_error_escaping_is_the_failur
     log = tmp_path / "log.txt"
     log.write_text("step 0 loss 1.2\n" + handled + "step 1 loss 1.1\nstep 2 loss 1.0\nstep 3 loss 0.9\n" + escaped)
     d = analyze([str(log)])
-    assert d.root_cause is not None
+    assert d.root_cause is not None and (d.root_cause.id, d.root_cause.rule) == ("app_exception",
+                                                                                 "python-app-network-error")
+    assert d.root_cause.evidence[0].text.startswith("urllib.error.URLError:") and not d.dismissed
 
 
 @needs_torch
@@ -169,20 +152,24 @@ def test_indented_traceback_is_parsed_whole(tmp_path):
     assert tb.end_line == 5
 
 
-@pytest.mark.parametrize("before,after", [
+@pytest.mark.parametrize("before,after,cause", [
     # an issue's text quoting the error (no launcher records): the quote is the failure
-    ("I get this error when running on 2 nodes:\n", "My environment:\n  torch 2.3\n  CUDA 12.1\nAny idea?\n"),
+    ("I get this error when running on 2 nodes:\n", "My environment:\n  torch 2.3\n  CUDA 12.1\nAny idea?\n",
+     ("other", "DistBackendError: NCCL error in")),
     # torchrun's records, and the traceback is the last thing in the input
-    (_BANNER, ""),
-    # torchrun's records, and a later error line
+    (_BANNER, "", ("other", "DistBackendError: NCCL error in")),
+    # torchrun's records, and a later error line: that is the cause; the quoted error is still a finding
     (_BANNER, "step 1\nstep 2\nstep 3\n[rank1]: RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:534]"
-              " Connection closed by peer [127.0.0.1]:29500\n"),
+              " Connection closed by peer [127.0.0.1]:29500\n", ("peer_exit", "Connection closed by peer")),
 ])
-def test_indented_traceback_stays_a_failure_without_a_launcher_that_reports_none(tmp_path, before, after):
+def test_indented_traceback_stays_a_failure_without_a_launcher_that_reports_none(tmp_path, before, after, cause):
     log = tmp_path / "log.txt"
     log.write_text(before + _QUOTED + after)
     d = analyze([str(log)])
-    assert d.root_cause is not None
+    assert d.root_cause is not None and d.root_cause.id == cause[0], d.root_cause
+    assert cause[1] in d.root_cause.evidence[0].text
+    quoted = [f for f in d.findings if "DistBackendError: NCCL error in" in f.evidence[0].text]
+    assert quoted and not d.dismissed, (d.findings, d.dismissed)  # the quote is read as raised, not dismissed
 
 
 @needs_torch

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import re
 
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from jobs.jobkit import GLOO_JOB, env, free_port, needs_torch  # noqa: E402
+from jobs.jobkit import env, free_port, needs_torch, run_job, torchrun  # noqa: E402
 
 from nccl_analyzer.analysis import analyze, analyze_text  # noqa: E402
 
@@ -21,10 +20,8 @@ CASES = ROOT / "fixtures" / "cases"
 
 
 def _run_job(tmp_path: Path, mode: str, nproc: int, *extra: str, **envs: str) -> Path:
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1",
-           f"--master_port={free_port()}", *extra, str(GLOO_JOB), mode]
-    out = subprocess.run(cmd, env=env(JOB_TIMEOUT="10", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", **envs),
-                         capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    out = run_job(torchrun(mode, nproc, free_port(), opts=extra), merged=False, cwd=tmp_path,
+                  env=env(JOB_TIMEOUT="10", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", **envs))
     assert out.returncode != 0, out.stdout + out.stderr
     log = tmp_path / "log.txt"
     log.write_text(out.stdout + out.stderr)

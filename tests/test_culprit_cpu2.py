@@ -9,14 +9,13 @@ the rank that caused the failure, not the ranks that reported it.
 """
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from jobs.jobkit import env, free_port, needs_torch  # noqa: E402
+from jobs.jobkit import env, free_port, needs_torch, run_job, torchrun  # noqa: E402
 
 from nccl_analyzer.analysis import analyze  # noqa: E402
 
@@ -111,9 +110,9 @@ def test_spawn_child_signal_names_its_process_index(tmp_path, signal, want):
 @pytest.mark.slow
 @pytest.mark.parametrize("mode,want", [("valueerror", "app_exception"), ("segv", "other")])
 def test_live_spawn_child_failure_names_its_rank(tmp_path, mode, want):
-    out = subprocess.run([sys.executable, str(WORKER), mode], capture_output=True, text=True, timeout=180,
-                         cwd=tmp_path, env=env(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", SPAWN="3", CULPRIT="2",
-                                                SPAWN_PORT=str(free_port()), PG_TIMEOUT="20"))
+    out = run_job([sys.executable, str(WORKER), mode], merged=False, cwd=tmp_path,
+                  env=env(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", SPAWN="3", CULPRIT="2",
+                          SPAWN_PORT=str(free_port()), PG_TIMEOUT="20"))
     assert out.returncode != 0, out.stdout + out.stderr
     d = _diag(tmp_path, out.stdout + out.stderr)
     assert d.root_cause is not None and d.root_cause.id == want, d.root_cause
@@ -123,11 +122,9 @@ def test_live_spawn_child_failure_names_its_rank(tmp_path, mode, want):
 @needs_torch
 @pytest.mark.slow
 def test_live_detail_mismatch_names_the_odd_one_out(tmp_path):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=3", "--master_addr=127.0.0.1",
-           f"--master_port={free_port()}", str(WORKER), "mismatch"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=tmp_path,
-                         env=env(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", TORCH_DISTRIBUTED_DEBUG="DETAIL",
-                                 MANUAL="1", CULPRIT="1", PG_TIMEOUT="20"))
+    out = run_job(torchrun("mismatch", 3, free_port(), script=WORKER), merged=False, cwd=tmp_path,
+                  env=env(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", TORCH_DISTRIBUTED_DEBUG="DETAIL", MANUAL="1",
+                          CULPRIT="1", PG_TIMEOUT="20"))
     assert out.returncode != 0, out.stdout + out.stderr
     d = _diag(tmp_path, out.stdout + out.stderr)
     assert d.root_cause.id == "collective_mismatch", d.root_cause

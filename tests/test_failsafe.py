@@ -17,7 +17,7 @@ from nccl_analyzer.model import Event
 from nccl_analyzer.render.json import render_json
 from nccl_analyzer.render.text import render_text
 
-from jobs.jobkit import ROOT, env, free_port, needs_torch
+from jobs.jobkit import JOB_TIMEOUT, ROOT, env, free_port, needs_torch, run_job, torchrun
 from test_classification import REF, instantiate
 
 RULES = load_rules()
@@ -310,7 +310,7 @@ def test_text_shows_dismissed_with_v_and_a_note_without():
 def test_shell_reported_segfault_of_a_real_process():
     """A real child dies by SIGSEGV; bash reports it; that output alone is a failure."""
     proc = subprocess.run(["bash", "-c", f"{sys.executable} -c 'import ctypes; ctypes.string_at(0)'; true"],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=JOB_TIMEOUT)
     out = proc.stdout + proc.stderr
     assert "Segmentation fault" in out
     d = analyze_text(out, rules=RULES)
@@ -319,10 +319,8 @@ def test_shell_reported_segfault_of_a_real_process():
 
 def _torchrun(mode: str, tmp_path: Path) -> Path:
     log = tmp_path / f"{mode}.log"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
-           str(ROOT / "tests" / "jobs" / "failsafe_job.py"), mode]
-    with open(log, "w") as fh:
-        subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env(), timeout=180, cwd=ROOT)
+    run_job(torchrun(mode, 2, free_port(), script=ROOT / "tests" / "jobs" / "failsafe_job.py"), env=env(), cwd=ROOT,
+            log=log)
     return log
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from jobs.jobkit import analyzer, free_port, needs_torch, run_job, torchrun
 
 from nccl_analyzer.cli import main
 from nccl_analyzer.flight.align import align, user_frame
@@ -363,22 +364,16 @@ def test_behind_names_the_rank_furthest_back_where_progress_is_known(tmp_path):
 
 
 @pytest.mark.slow
+@needs_torch
 def test_launch_reads_the_dumps_the_job_wrote(tmp_path):
     # a real 4-rank gloo job under `nccl-analyze launch`; its ranks write their dumps into the launch log folder
-    import subprocess
-    import sys
-
-    torchrun = Path(sys.executable).parent / "torchrun"
-    if not torchrun.exists():
-        pytest.skip("torchrun is not installed here")
     logs = tmp_path / "logs"
     logs.mkdir()
     worker = CASES / "_capture" / "flight" / "cpu_fr_worker.py"
     env = dict(os.environ, FR_DIR=str(logs), FR_ON_SIGTERM="1", TORCH_FR_BUFFER_SIZE="200", PYTHONUNBUFFERED="1",
                OMP_NUM_THREADS="1", NO_COLOR="1", PYTHONPATH=str(CASES.parent.parent))
-    res = subprocess.run([sys.executable, "-m", "nccl_analyzer", "launch", "--log-dir", str(logs), "--format", "json",
-                          "--", str(torchrun), "--nproc_per_node=4", "--master_port=29793", str(worker), "other"],
-                         capture_output=True, env=env, cwd=tmp_path, timeout=240)
+    res = run_job(analyzer("launch", "--log-dir", str(logs), "--format", "json", "--",
+                           *torchrun("other", 4, free_port(), script=worker)), merged=False, env=env, cwd=tmp_path)
     assert res.returncode != 0
     report = json.loads(next(logs.rglob("report.json")).read_text())
     rc = report["root_cause"]

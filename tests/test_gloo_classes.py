@@ -3,14 +3,13 @@ message decides the cause and, where the message names it, the culprit rank. The
 are labeled cases (fixtures/cases/cpu_gloo_*; made by fixtures/cases/_capture/gloo2/capture_gloo2.sh)."""
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from jobs.jobkit import env, free_port, needs_torch  # noqa: E402
+from jobs.jobkit import env, free_port, needs_torch, run_job, torchrun  # noqa: E402
 
 from nccl_analyzer.analysis import analyze  # noqa: E402
 
@@ -19,10 +18,8 @@ WORKER = ROOT / "fixtures" / "cases" / "_capture" / "gloo2" / "gloo2_worker.py"
 
 
 def _run(tmp_path: Path, mode: str, nproc: int = 4, **envs: str) -> Path:
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1",
-           f"--master_port={free_port()}", str(WORKER), mode]
-    out = subprocess.run(cmd, env=env(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", **envs), capture_output=True,
-                         text=True, timeout=180, cwd=tmp_path)
+    out = run_job(torchrun(mode, nproc, free_port(), script=WORKER), merged=False, cwd=tmp_path,
+                  env=env(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", **envs))
     assert out.returncode != 0, out.stdout + out.stderr
     log = tmp_path / "log.txt"
     log.write_text(out.stdout + out.stderr)

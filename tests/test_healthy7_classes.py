@@ -3,7 +3,6 @@ log, a runner's stream tag before every line, NCCL WARNs after which NCCL carrie
 the test (or produced by a real gloo job), not copied from a fixture."""
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import pytest
 from nccl_analyzer.analysis import analyze, analyze_text
 from nccl_analyzer.engine.loader import load_rules
 
-from jobs.jobkit import ROOT, env, free_port, needs_torch
+from jobs.jobkit import ROOT, env, free_port, needs_torch, run_job, torchrun
 
 RULES = load_rules()
 
@@ -98,10 +97,8 @@ def test_nccl_warns_after_which_nccl_goes_on_are_dismissed_as_harmless(warn, ent
 
 def _torchrun_console(mode: str, tmp_path: Path) -> str:
     log = tmp_path / f"{mode}.log"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
-           str(ROOT / "tests" / "jobs" / "failsafe_job.py"), mode]
-    with open(log, "w") as fh:
-        subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env(), timeout=180, cwd=ROOT)
+    run_job(torchrun(mode, 2, free_port(), script=ROOT / "tests" / "jobs" / "failsafe_job.py"), env=env(), cwd=ROOT,
+            log=log)
     return log.read_text()
 
 
@@ -199,7 +196,7 @@ def test_a_real_spawn_child_that_exits_by_itself_is_not_an_application_exception
     the parent's report of child 1, whose reason is not in the output, not an application error."""
     job = tmp_path / "spawn_job.py"
     job.write_text(SPAWN_JOB)
-    proc = subprocess.run([sys.executable, str(job)], capture_output=True, text=True, env=env(), timeout=120)
+    proc = run_job([sys.executable, str(job)], merged=False, env=env())
     out = proc.stdout + proc.stderr
     assert "process 1 terminated with exit code 3" in out, out
     d = analyze_text(out, rules=RULES)

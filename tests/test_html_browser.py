@@ -28,7 +28,7 @@ def chromium(tmp_path, *args: str) -> subprocess.CompletedProcess:
            f"--user-data-dir={profile}", *args]
     env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
     try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, check=False)
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, check=False)
     except subprocess.TimeoutExpired:
         pytest.fail("headless Chromium did not finish within 120 s")
 

@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from jobs.jobkit import (EXIT, ROOT, SCENARIOS, SLOW_WRITER, analyzer, env, final_verdict, held_port, needs_torch,
-                         torchrun)
+from jobs.jobkit import (EXIT, JOB_TIMEOUT, ROOT, SCENARIOS, SLOW_WRITER, analyzer, env, final_verdict, held_port,
+                         needs_torch, run_job, torchrun, wait_for)
 
 PORT_LOG = ROOT / "fixtures" / "h200-nccl-2.28.9" / "03_port_in_use" / "log.txt"
 
 
-def launch(tmp_path: Path, *cmd: str, opts: tuple[str, ...] = (), timeout: float = 90, **extra: str):
-    return subprocess.run(analyzer("launch", "--log-dir", str(tmp_path / "logs"), *opts, "--", *cmd),
-                          capture_output=True, env=env(**extra), timeout=timeout, cwd=tmp_path)
+def launch(tmp_path: Path, *cmd: str, opts: tuple[str, ...] = (), **extra: str):
+    return run_job(analyzer("launch", "--log-dir", str(tmp_path / "logs"), *opts, "--", *cmd), merged=False,
+                   text=False, env=env(**extra), cwd=tmp_path)
 
 
 def py(code: str) -> list[str]:
@@ -35,35 +35,28 @@ def alive(pid: int) -> bool:
         return False
 
 
-def wait_for(path: Path, needle: bytes, timeout: float = 20) -> bytes:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        data = path.read_bytes() if path.exists() else b""
-        if needle in data:
-            return data
-        time.sleep(0.05)
-    raise AssertionError(f"{needle!r} not in {path} after {timeout} s: {data[-2000:]!r}")
-
-
 _OURS = re.compile(rb"^nccl-analyze: [^\n]*\n|\nnccl-analyze \xe2\x94\x80\xe2\x94\x80 root cause so far.*?"
                    rb"\n\xe2\x94\x80{72}\n\n|\nnccl-analyze \xe2\x95\x90\xe2\x95\x90 verdict.*", re.S | re.M)
 
 
-def job_stderr(stderr: bytes) -> list[bytes]:
-    """The job's own stderr lines: ours (messages, provisional blocks, the verdict) taken out."""
-    return [x for x in _OURS.sub(b"", stderr).splitlines() if x]
+def job_stderr(stderr: bytes) -> bytes:
+    """The job's own stderr bytes: ours (messages, provisional blocks, the verdict) taken out."""
+    return _OURS.sub(b"", stderr)
 
 
 def _reap(proc: subprocess.Popen) -> None:
     """A failed test leaves no analyzer (and so no job) running."""
     if proc.poll() is None:
         proc.terminate()
-        proc.wait(timeout=30)
+        proc.wait(timeout=JOB_TIMEOUT)
 
 
-def is_subsequence(lines: list[bytes], log: list[bytes]) -> bool:
+def in_order(part: bytes, log: bytes) -> bool:
+    """Every byte of ``part`` is in ``log``, in order. Bytes, not lines: job.log merges two pipes as their chunks
+    come, and the job's workers write a line in pieces (print's text, then its newline, from two ranks on one pipe:
+    "rank 0: ok, sum=2rank 1: ok, sum=2"), so a line of one stream can have the other's bytes inside it."""
     it = iter(log)
-    return all(any(line == x for x in it) for line in lines)
+    return all(b in it for b in part)
 
 
 # -- without torch -------------------------------------------------------------------------------------
@@ -110,25 +103,25 @@ def test_launch_debug_env_added_kept_or_left_out(tmp_path):
     for k in ("NCCL_DEBUG", "PYTHONUNBUFFERED", "TORCH_NCCL_DUMP_ON_TIMEOUT", "TORCH_FR_DUMP_TEMP_FILE",
               "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"):
         e.pop(k, None)
-    res = subprocess.run(analyzer("launch", "--log-dir", "L", "--", *show), capture_output=True, env=e, cwd=tmp_path)
+    res = run_job(analyzer("launch", "--log-dir", "L", "--", *show), merged=False, text=False, env=e, cwd=tmp_path)
     logs = (tmp_path / "L").absolute()
     assert res.stdout.decode().split() == ["NCCL_DEBUG=INFO", "PYTHONUNBUFFERED=1", "TORCH_NCCL_DUMP_ON_TIMEOUT=1",
                                            f"TORCH_FR_DUMP_TEMP_FILE={logs}/fr_trace_rank_"]
     assert "added to its environment: NCCL_DEBUG=INFO" in res.stderr.decode()
 
-    res = subprocess.run(analyzer("launch", "--log-dir", "L", "--", *show), capture_output=True,
-                         env=dict(e, NCCL_DEBUG="WARN"), cwd=tmp_path)
+    res = run_job(analyzer("launch", "--log-dir", "L", "--", *show), merged=False, text=False,
+                  env=dict(e, NCCL_DEBUG="WARN"), cwd=tmp_path)
     assert res.stdout.decode().split()[0] == "NCCL_DEBUG=WARN"
     assert "kept your NCCL_DEBUG=WARN" in res.stderr.decode()
 
-    res = subprocess.run(analyzer("launch", "--no-debug-env", "--log-dir", "L", "--", *show), capture_output=True,
-                         env=e, cwd=tmp_path)
+    res = run_job(analyzer("launch", "--no-debug-env", "--log-dir", "L", "--", *show), merged=False, text=False,
+                  env=e, cwd=tmp_path)
     assert res.stdout.decode().split() == ["NCCL_DEBUG=None", "PYTHONUNBUFFERED=None",
                                            "TORCH_NCCL_DUMP_ON_TIMEOUT=None", "TORCH_FR_DUMP_TEMP_FILE=None"]
 
 
 def test_launch_default_log_dir_in_cwd(tmp_path):
-    res = subprocess.run(analyzer("launch", "--", *py("print('hi')")), capture_output=True, env=env(), cwd=tmp_path)
+    res = run_job(analyzer("launch", "--", *py("print('hi')")), merged=False, text=False, env=env(), cwd=tmp_path)
     assert res.returncode == 0 and res.stdout == b"hi\n"
     (d,) = tmp_path.glob("nccl-analyze-*-*")
     assert (d / "job.log").read_bytes() == b"hi\n" and (d / "report.txt").exists()
@@ -136,12 +129,15 @@ def test_launch_default_log_dir_in_cwd(tmp_path):
 
 def test_launch_unbuffered_and_provisional_verdict_while_running(tmp_path):
     """The job's lines and the provisional verdict show while the job still runs."""
+    go = tmp_path / "go"
     code = f"""
-        import sys, time
+        import os, sys, time
         # the traceback is the last thing on stderr: it shows once the output has been quiet for 2 s
         sys.stderr.buffer.write(open({str(PORT_LOG)!r}, 'rb').read()); sys.stderr.flush()
         print('still running', flush=True)
-        time.sleep(15)
+        deadline = time.monotonic() + 300  # until the test has seen the verdict (its go file), at most 300 s
+        while not os.path.exists({str(go)!r}) and time.monotonic() < deadline:
+            time.sleep(0.02)
         print('finished')
     """
     out, err = tmp_path / "out", tmp_path / "err"
@@ -149,12 +145,13 @@ def test_launch_unbuffered_and_provisional_verdict_while_running(tmp_path):
         proc = subprocess.Popen(analyzer("launch", "--log-dir", str(tmp_path / "logs"), "--", *py(code)),
                                 stdout=fo, stderr=fe, env=env())
         try:
-            # what is checked is the order, not a speed: the verdict is out while the job still sleeps (15 s, room
-            # for a loaded machine's start-up), and the job's line before it
-            wait_for(out, b"still running\n", timeout=12)
-            wait_for(err, b"root cause so far: port_conflict", timeout=12)
+            # what is checked is the order, not a speed: the verdict is out while the job still waits (for the go
+            # file, made only after), and the job's line before it
+            wait_for(out, b"still running\n")
+            wait_for(err, b"root cause so far: port_conflict")
             assert proc.poll() is None and b"finished" not in out.read_bytes()
-            rc = proc.wait(timeout=30)
+            go.touch()
+            rc = proc.wait(timeout=JOB_TIMEOUT)
         finally:
             _reap(proc)
     assert rc == 0
@@ -168,13 +165,13 @@ def test_launch_sigint_forwarded_and_no_orphans(tmp_path):
         # a grandchild that ignores SIGINT and keeps our stdout open: a leftover once we exit
         g = subprocess.Popen([sys.executable, '-c', 'import signal, time; '
                               'signal.signal(signal.SIGINT, signal.SIG_IGN); '
-                              'print("grandchild ready", flush=True); time.sleep(60)'])
+                              'print("grandchild ready", flush=True); time.sleep(600)'])
         def stop(signum, frame):
             print('job got', signal.Signals(signum).name, flush=True)
             sys.exit(7)
         signal.signal(signal.SIGINT, stop)
         print('ready', g.pid, flush=True)
-        time.sleep(60)
+        time.sleep(600)
     """
     out, err = tmp_path / "out", tmp_path / "err"
     with open(out, "wb") as fo, open(err, "wb") as fe:
@@ -185,7 +182,7 @@ def test_launch_sigint_forwarded_and_no_orphans(tmp_path):
             wait_for(out, b"grandchild ready")
             t0 = time.monotonic()
             proc.send_signal(signal.SIGINT)
-            rc = proc.wait(timeout=30)
+            rc = proc.wait(timeout=JOB_TIMEOUT)
         finally:
             _reap(proc)
     text = err.read_text()
@@ -193,11 +190,11 @@ def test_launch_sigint_forwarded_and_no_orphans(tmp_path):
     assert b"job got SIGINT" in out.read_bytes()
     assert "passed SIGINT on to the job" in text and "Traceback" not in text
     assert not alive(grandchild), "the leftover grandchild was stopped"
-    assert time.monotonic() - t0 < 10
+    assert time.monotonic() - t0 < JOB_TIMEOUT, "stopped, not waited for: the job and its grandchild sleep 600 s"
 
 
 def test_launch_sigterm_kills_job_status_143(tmp_path):
-    code = "import time; print('ready', flush=True); time.sleep(60)"
+    code = "import time; print('ready', flush=True); time.sleep(600)"
     out = tmp_path / "out"
     with open(out, "wb") as fo:
         proc = subprocess.Popen(analyzer("launch", "--log-dir", str(tmp_path / "logs"), "--", *py(code)),
@@ -205,7 +202,7 @@ def test_launch_sigterm_kills_job_status_143(tmp_path):
         try:
             wait_for(out, b"ready")
             proc.send_signal(signal.SIGTERM)
-            assert proc.wait(timeout=30) == 143
+            assert proc.wait(timeout=JOB_TIMEOUT) == 143
         finally:
             _reap(proc)
 
@@ -223,15 +220,17 @@ def test_launch_background_leftover_is_stopped(tmp_path):
 
 
 def test_launch_slow_writer_unbuffered(tmp_path):
-    out = tmp_path / "out"
+    """The job's first line is on our stdout while the job waits (for the test's go file) to write the second: what
+    is checked is the order, not a speed (a sleep of N s against a deadline fails on a loaded machine)."""
+    out, go = tmp_path / "out", tmp_path / "go"
     with open(out, "wb") as fo:
         proc = subprocess.Popen(analyzer("launch", "--log-dir", str(tmp_path / "logs"), "--", sys.executable,
-                                         str(SLOW_WRITER), "4"), stdout=fo, stderr=subprocess.DEVNULL, env=env())
+                                         str(SLOW_WRITER), str(go)), stdout=fo, stderr=subprocess.DEVNULL, env=env())
         try:
-            t0 = time.monotonic()
-            wait_for(out, b"first line from the job\n", timeout=3.5)
-            assert proc.poll() is None and time.monotonic() - t0 < 3.5
-            assert proc.wait(timeout=30) == 0
+            wait_for(out, b"first line from the job\n")
+            assert proc.poll() is None and b"second" not in out.read_bytes(), "the job has not written its second line"
+            go.touch()
+            assert proc.wait(timeout=JOB_TIMEOUT) == 0
         finally:
             _reap(proc)
     assert out.read_bytes() == b"first line from the job\nsecond line from the job\n"
@@ -245,8 +244,7 @@ def test_launch_slow_writer_unbuffered(tmp_path):
 def test_launch_torchrun(tmp_path, rid):
     mode, nproc, extra, hold = SCENARIOS[rid]
     with held_port(hold) as port:
-        res = launch(tmp_path, *torchrun(mode, nproc, port), opts=("--format", "json", "--html", "r.html"),
-                     timeout=120, **extra)
+        res = launch(tmp_path, *torchrun(mode, nproc, port), opts=("--format", "json", "--html", "r.html"), **extra)
     err = res.stderr.decode()
     assert res.returncode == EXIT[rid], err[-3000:]
     assert f"error[{rid}]" in final_verdict(err), err[-3000:]
@@ -256,6 +254,6 @@ def test_launch_torchrun(tmp_path, rid):
     assert report["root_cause"]["id"] == rid
     assert f"[{rid}]" in (logs / "report.txt").read_text()
     assert (tmp_path / "r.html").read_text().lstrip().lower().startswith("<!doctype html")
-    log = (logs / "job.log").read_bytes().splitlines()
-    assert is_subsequence(res.stdout.splitlines(), log), "every stdout line, in order, is in job.log"
-    assert is_subsequence(job_stderr(res.stderr), log), "every stderr line, in order, is in job.log"
+    log = (logs / "job.log").read_bytes()
+    assert in_order(res.stdout, log), "all of stdout, in order, is in job.log"
+    assert in_order(job_stderr(res.stderr), log), "all of the job's stderr, in order, is in job.log"

@@ -6,13 +6,11 @@ import json
 import signal
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pytest
 
-from jobs.jobkit import (EXIT, ROOT, SCENARIOS, SLOW_WRITER, analyzer, env, final_verdict, held_port, needs_torch,
-                         torchrun)
+from jobs.jobkit import (EXIT, JOB_TIMEOUT, ROOT, SCENARIOS, SLOW_WRITER, analyzer, env, final_verdict, held_port,
+                         needs_torch, run_job, torchrun, wait_for)
 from nccl_analyzer import live
 from nccl_analyzer.model import Evidence, Event, Fix, RootCause
 from nccl_analyzer.sources import MAX_LINE, Source, read_raw_lines
@@ -30,21 +28,10 @@ TORCH_LINE = (b"W1129 13:57:15.332000 1354 torch/distributed/elastic/multiproces
 def _reap(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         proc.kill()
-    proc.wait(timeout=30)
+    proc.wait(timeout=JOB_TIMEOUT)
 
 
-def wait_for(path: Path, needle: bytes, timeout: float = 20) -> bytes:
-    deadline = time.monotonic() + timeout
-    data = b""
-    while time.monotonic() < deadline:
-        data = path.read_bytes()
-        if needle in data:
-            return data
-        time.sleep(0.05)
-    raise AssertionError(f"{needle!r} not in {path} after {timeout} s: {data[-2000:]!r}")
-
-
-def pipe(data: bytes, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+def pipe(data: bytes, *args: str, timeout: float = JOB_TIMEOUT) -> subprocess.CompletedProcess:
     return subprocess.run(analyzer(*args), input=data, capture_output=True, env=env(), timeout=timeout)
 
 
@@ -226,18 +213,19 @@ def test_pipe_subprocess_fixture_passthrough_and_verdict():
 
 
 def test_pipe_unbuffered_line_appears_before_the_writer_exits(tmp_path):
-    """A line the job wrote is on our stdout while the job still runs (slow writer: 4 s pause)."""
-    writer = subprocess.Popen([sys.executable, str(SLOW_WRITER), "4"], stdout=subprocess.PIPE)
+    """A line the job wrote is on our stdout while the job still runs: the slow writer waits for the test's go file
+    (made only once the line is here) before its second line, so the order is checked, not a speed."""
+    go = tmp_path / "go"
+    writer = subprocess.Popen([sys.executable, str(SLOW_WRITER), str(go)], stdout=subprocess.PIPE)
     reader = subprocess.Popen(analyzer("-"), stdin=writer.stdout, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               env=env())
     writer.stdout.close()
     try:
-        t0 = time.monotonic()
-        first = reader.stdout.readline()
-        waited = time.monotonic() - t0
+        first = reader.stdout.readline()  # a held-back line comes only when the writer ends (its wait is capped)
         assert first == b"first line from the job\n"
-        assert writer.poll() is None and waited < 3.5, f"the first line took {waited:.1f} s"
-        rest, err = reader.communicate(timeout=30)
+        assert writer.poll() is None, "the first line came only once the writer had ended"
+        go.touch()
+        rest, err = reader.communicate(timeout=JOB_TIMEOUT)
     finally:
         _reap(writer)
         _reap(reader)
@@ -251,7 +239,7 @@ def test_pipe_closed_stdout_head_no_traceback(tmp_path):
     big = tmp_path / "big.log"
     big.write_bytes(PORT.read_bytes() * 300)  # ~2 MB: far more than a pipe holds, so head's exit is felt
     script = f'{" ".join(map(str, analyzer("-")))} < {big} 2> {tmp_path / "err"} | head -1; echo "${{PIPESTATUS[0]}}"'
-    res = subprocess.run(["bash", "-c", script], capture_output=True, env=env(), timeout=120)
+    res = run_job(["bash", "-c", script], merged=False, text=False, env=env())
     first, status = res.stdout.decode().splitlines()
     err = (tmp_path / "err").read_text()
     assert first == PORT.read_text().splitlines()[0]
@@ -271,7 +259,7 @@ def test_pipe_signal_mid_stream_prints_verdict_of_what_was_seen(tmp_path, sig, c
             proc.stdin.flush()
             wait_for(err, b"root cause so far: port_conflict")  # the provisional verdict, while input is open
             proc.send_signal(sig)  # the input is still open: the job is "still running"
-            rc = proc.wait(timeout=20)
+            rc = proc.wait(timeout=JOB_TIMEOUT)
         finally:
             proc.stdin.close()
             _reap(proc)
@@ -291,8 +279,7 @@ def captured():
     runs = {}
     for rid, (mode, nproc, extra, hold) in SCENARIOS.items():
         with held_port(hold) as port:
-            res = subprocess.run(torchrun(mode, nproc, port), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                 env=env(**extra), timeout=120)
+            res = run_job(torchrun(mode, nproc, port), text=False, env=env(**extra))
         runs[rid] = (res.stdout, res.returncode)
     return runs
 
@@ -320,7 +307,7 @@ def test_pipe_torchrun_shell_pipeline(tmp_path, rid):
         ours = " ".join(analyzer("-", "--format", "json", "-o", str(tmp_path / "r.json")))
         script = (f"{cmd} 2>&1 | tee {tmp_path / 'raw'} | {ours} > {tmp_path / 'out'} 2> {tmp_path / 'err'}; "
                   'echo "${PIPESTATUS[@]}"')
-        res = subprocess.run(["bash", "-c", script], capture_output=True, env=env(**extra), timeout=120)
+        res = run_job(["bash", "-c", script], merged=False, text=False, env=env(**extra))
     statuses = res.stdout.decode().split()
     err = (tmp_path / "err").read_text()
     assert (tmp_path / "out").read_bytes() == (tmp_path / "raw").read_bytes()

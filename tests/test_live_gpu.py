@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from jobs.jobkit import ROOT, analyzer, env, final_verdict, held_port
+from jobs.jobkit import ROOT, analyzer, env, final_verdict, held_port, run_job, torchrun
 
 JOB = ROOT / "tests" / "jobs" / "nccl_job.py"
 
@@ -38,8 +36,7 @@ CASES = {
 
 
 def _torchrun(mode: str, port: int) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=1", "--master_addr=127.0.0.1",
-            f"--master_port={port}", str(JOB), mode]
+    return torchrun(mode, 1, port, script=JOB)
 
 
 def _record(name: str, **files: bytes | str) -> None:
@@ -59,8 +56,8 @@ def test_pipe_nccl_job(cause, tmp_path):
         # a real shell pipeline, as a user types it; tee keeps what torchrun wrote for the byte comparison
         raw = tmp_path / "raw.log"
         cmd = " ".join(_torchrun(mode, port)) + f" 2>&1 | tee {raw} | " + " ".join(analyzer("-"))
-        proc = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True, timeout=240,
-                              env=env(NCCL_DEBUG="INFO", **extra))
+        proc = run_job(["bash", "-o", "pipefail", "-c", cmd], merged=False, text=False,
+                       env=env(NCCL_DEBUG="INFO", **extra))
     _record(f"pipe_{cause}", stdout_log=proc.stdout, stderr_txt=proc.stderr, raw_log=raw.read_bytes())
     assert proc.stdout == raw.read_bytes(), "the pass-through is byte-identical"
     verdict = final_verdict(proc.stderr.decode())
@@ -74,8 +71,8 @@ def test_launch_nccl_job(cause, tmp_path):
     mode, hold, extra = CASES[cause]
     logdir = tmp_path / "launch"
     with held_port(hold) as port:
-        proc = subprocess.run(analyzer("launch", "--log-dir", str(logdir), "--", *_torchrun(mode, port)),
-                              capture_output=True, timeout=240, env=env(**extra))
+        proc = run_job(analyzer("launch", "--log-dir", str(logdir), "--", *_torchrun(mode, port)), merged=False,
+                       text=False, env=env(**extra))
     _record(f"launch_{cause}", stdout_log=proc.stdout, stderr_txt=proc.stderr,
             job_log=(logdir / "job.log").read_bytes())
     assert proc.returncode == 1, "launch exits with torchrun's status"

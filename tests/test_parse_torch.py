@@ -294,9 +294,10 @@ def test_terminate_what_with_cuda_error():
                                   "NCCL error in: x", "CUDA out of memory. Tried to allocate lots"])
 def test_odd_input_never_crashes(text):
     p = TorchParser()
-    for line in _lines(text + "\n" + text):
-        p.feed(line)
-    p.flush()
+    lines = _lines(text + "\n" + text)
+    out = [e for line in lines for e in (p.feed(line) or [])] + p.flush()
+    for e in out:  # whatever it makes of the input, each event points into it
+        assert e.kind and e.path == "t.log" and 1 <= e.line <= (e.end_line or e.line) <= len(lines), e
 
 
 def test_non_torch_lines_are_rejected():

@@ -4,14 +4,13 @@ checked against torch 2.13's own files); the live test runs a real gloo torchrun
 """
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from jobs.jobkit import env, free_port, needs_torch  # noqa: E402
+from jobs.jobkit import env, free_port, needs_torch, run_job, torchrun  # noqa: E402
 
 from nccl_analyzer.analysis import analyze  # noqa: E402
 
@@ -193,10 +192,8 @@ dist.all_reduce(t)
 def test_live_worker_exit_after_message_names_that_rank(tmp_path):
     script = tmp_path / "job.py"
     script.write_text(_WORKER)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
-           f"--master_port={free_port()}", str(script)]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=tmp_path,
-                         env=env(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1"))
+    out = run_job(torchrun(None, 2, free_port(), script=script), merged=False, cwd=tmp_path,
+                  env=env(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1"))
     assert out.returncode != 0, out.stdout + out.stderr
     d = _diag(tmp_path, out.stdout + out.stderr)
     assert d.root_cause is not None and d.root_cause.id == "app_exception", (d.root_cause, out.stderr[-2000:])

@@ -202,8 +202,11 @@ def _dask(jobs: list[str], rules_dirs: tuple[str, ...], scheduler: str | None, w
         if scheduler:
             client = Client(scheduler, timeout="20s")
         else:
+            # No dashboard; the scheduler still serves HTTP (its health/metrics routes), by default on port 8787:
+            # there, a port the OS picks, so another Dask cluster on 8787 neither warns nor collides with ours
             cluster = LocalCluster(n_workers=workers or 2, threads_per_worker=1, processes=True,
-                                   dashboard_address=None, host="127.0.0.1")
+                                   dashboard_address=None, host="127.0.0.1",
+                                   scheduler_kwargs={"dashboard_address": "127.0.0.1:0"})
             client = Client(cluster)
     except (OSError, TimeoutError) as exc:
         raise InputError(f"cannot reach the Dask scheduler {scheduler or '(local)'}: {exc}") from None

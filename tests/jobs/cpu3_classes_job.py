@@ -96,18 +96,19 @@ def spawned(rank: int, world: int) -> None:
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=20))
     store = dist.distributed_c10d._get_default_store()
     log = _log(rank)
-    if rank == 0:
-        time.sleep(2.5)
+    if rank == 0:  # the key comes once rank 1 has timed out at least once (an event, not a sleep: any machine speed)
+        store.wait(["retried"], datetime.timedelta(seconds=120))
         store.set("vocab_ready", "1")
     else:
-        for attempt in (1, 2, 3, 4, 5):
+        for attempt in range(1, 31):
             try:
                 store.wait(["vocab_ready"], datetime.timedelta(seconds=1))
                 log.info("vocab ready after %d attempt(s)", attempt)
                 break
             except Exception:
-                log.warning("waiting for vocab_ready timed out (attempt %d/5), retrying", attempt)
+                log.warning("waiting for vocab_ready timed out (attempt %d/30), retrying", attempt)
                 traceback.print_exc()
+                store.set("retried", "1")
     _train(nn.parallel.DistributedDataParallel(_model()), rank)
     if rank == 0:
         print("training finished", flush=True)
