@@ -42,6 +42,29 @@ class Proc:
         self.nxt: Proc | None = None  # the next record of the same pid (another host)
 
 
+class _Ints:
+    """A column of ints read from a log (pids, ranks): 8 bytes each in an ``array("q")`` until a value does not fit
+    in 64 bits (a mangled log's pid of 10^22), then a plain list for the whole column."""
+
+    __slots__ = ("_a",)
+
+    def __init__(self) -> None:
+        self._a: Any = array("q")
+
+    def append(self, v: int) -> None:
+        try:
+            self._a.append(v)
+        except OverflowError:
+            self._a = list(self._a)
+            self._a.append(v)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._a)
+
+    def tolist(self) -> list[int]:
+        return list(self._a)
+
+
 class ProcTable:
     """pid -> its records (one per host it was seen on, chained), with the counts the old tables' caps read."""
 
@@ -52,7 +75,7 @@ class ProcTable:
         self.by_pid: dict[int, Proc] = {}
         self.n_version = self.n_devrank = self.n_inits = self.n_elastic = self.n_host = 0
         self.version_order: list[Proc] = []  # the records in the order their version was first set
-        self.version_pids = array("q")  # and their pids
+        self.version_pids = _Ints()  # and their pids
 
     def set_version(self, host: str | None, pid: int, v: str, cap: int) -> None:
         """``_pid_version[(host, pid)] = v`` where the table had the key or fewer than ``cap`` keys."""
@@ -171,7 +194,7 @@ class ErrorOrder:
     __slots__ = ("_ranks", "_times", "_seqs")
 
     def __init__(self) -> None:
-        self._ranks, self._times, self._seqs = array("q"), array("d"), array("q")
+        self._ranks, self._times, self._seqs = _Ints(), array("d"), array("q")
 
     def __setitem__(self, r: int, v: tuple[float | None, int]) -> None:
         self._ranks.append(r)
