@@ -1,7 +1,7 @@
 """CPU time of the job model alone (``JobBuilder.add``) over the events of one log, to compare commits.
 
-    python benchmarks/job_add.py /tmp/nccl-bench-real-2.28-1000r.log --save /tmp/events.pkl   # analyze once, keep them
-    python benchmarks/job_add.py --events /tmp/events.pkl --repeat 5                          # on each commit, alternating
+    python benchmarks/job_add.py /tmp/nccl-bench-real-2.28-1000r.log --save /tmp/events.pkl  # once
+    python benchmarks/job_add.py --events /tmp/events.pkl --repeat 5          # on each commit, alternating
 
 The events are those ``Analyzer.add_event`` saw in a one-process ``analyze`` (the job model's real input); each
 repeat feeds all of them to a fresh ``JobBuilder`` (garbage collection off while timed) and prints the CPU seconds.
