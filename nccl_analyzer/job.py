@@ -213,7 +213,8 @@ class JobBuilder(NcclHandlers, TorchHandlers):
                 if k == "torch.elastic.sigterm":
                     self.sigterm_pids.add(ev.pid)
             if k == "torch.elastic.worker_failed" and len(self.agent_failed) < 64:
-                self.agent_failed.append(ev)  # torchrun's "failed (exitcode: N) local_rank: K" (diagnose's culprit fallback)
+                # torchrun's "failed (exitcode: N) local_rank: K" (diagnose's culprit fallback)
+                self.agent_failed.append(ev)
         self.agents.add(ev)
         if error:
             self._first_error(ev)
