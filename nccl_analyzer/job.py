@@ -13,11 +13,13 @@ from .job_values import (_PID_CAP, _TIMELINE_KINDS, COLLECTIVE_FUNCS, ERROR_KIND
                          MAX_WORLD, TIMELINE_CAP, RecordTable, Timelines, _error_evidence, one_or_more, _shared, _shared_time, time_key,
                          traceback_collective, version_number)
 from .model import Event, JobModel, RankInfo
-from .stage import KIND_PREFIX_STAGE, KIND_STAGE, StageTracker
+from .stage import KIND_PREFIX_STAGE, KIND_STAGE, StageTracker, may_show_stage
 
 #: The timeline of every ``RankInfo`` while the model is read (each rank's entries are in ``Timelines``; ``build`` gives
 #: each its own list). Never changed.
 _NO_TIMELINE: list[dict[str, Any]] = []
+#: Kinds whose ``JobBuilder.plan`` each builder keeps (more are planned again at each event).
+_PLAN_CAP = 4096
 
 
 class JobBuilder(NcclHandlers, TorchHandlers):
@@ -32,6 +34,7 @@ class JobBuilder(NcclHandlers, TorchHandlers):
         self.events = 0
         self._transport_seen: set[int] = set()
         self.kinds: dict[str, int] = {}
+        self._plans: dict[str, tuple] = {}  # kind -> ``plan(kind)``
         # one record per process (job_procs.py): (host, pid) -> (rank, nranks), the NCCL version it printed, its
         # GPUs and their ranks, its Init lines; pid -> torchrun's global rank of that worker, the host NCCL's line
         # prefix gave it
@@ -164,42 +167,59 @@ class JobBuilder(NcclHandlers, TorchHandlers):
             return False
         return kind in KIND_STAGE or any(kind.startswith(prefix) for prefix, _ in KIND_PREFIX_STAGE)
 
+    @staticmethod
+    def plan(kind: str) -> tuple[Any, bool, bool, bool, bool, bool]:
+        """What ``add`` does with an event of ``kind`` beyond counting it, from the handler tables (``_HANDLERS``,
+        ``_PREFIX_HANDLERS``), the error and torchrun kinds and the stage tables: (its handler or None, an NCCL
+        line (its pid's host), states its rank (not an Init line), torchrun's, an error, may show a stage)."""
+        handler = _HANDLERS.get(kind)
+        if handler is None:
+            for prefix, h in _PREFIX_HANDLERS:
+                if kind.startswith(prefix):
+                    handler = h
+                    break
+        return (handler, kind.startswith("nccl."), not kind.startswith("nccl.init"),
+                kind.startswith("torch.elastic."), kind.startswith(ERROR_KINDS_PREFIX), may_show_stage(kind))
+
     def add(self, ev: Event) -> None:
         """Fold one event into the model."""
         self.events += 1
         k = ev.kind
-        if ev.rank is not None and not k.startswith("nccl.init"):
+        plan = self._plans.get(k)
+        if plan is None:
+            plan = self.plan(k)
+            if len(self._plans) < _PLAN_CAP:
+                self._plans[k] = plan
+        handler, nccl, stated, elastic, error, staged = plan
+        if stated and ev.rank is not None:
             self._stated.add(ev.rank)  # a line states this rank itself (a rank prefix, torch's own "rank N")
         self.kinds[k] = self.kinds.get(k, 0) + 1
         if ev.host:
             if len(self.hosts) < _PID_CAP:
                 self.hosts.add(ev.host)
             procs = self.procs
-            if ev.pid is not None and k.startswith("nccl.") and procs.n_host < _PID_CAP:
+            if nccl and ev.pid is not None and procs.n_host < _PID_CAP:
                 head = procs.by_pid.get(ev.pid)
                 if head is None:
                     head = procs.by_pid[ev.pid] = _Proc(ev.host)
                 if head.nhost is None:
                     procs.n_host += 1
                 head.nhost = ev.host
-        handler = _HANDLERS.get(k)
-        if handler is None:
-            for prefix, h in _PREFIX_HANDLERS:
-                if k.startswith(prefix):
-                    handler = h
-                    break
         if handler is not None:
             handler(self, ev)
-        if k.startswith("torch.elastic.") and ev.pid is not None and len(self._elastic_pids) < _PID_CAP:
-            self._elastic_pids.add(ev.pid)
-            if k == "torch.elastic.sigterm":
-                self.sigterm_pids.add(ev.pid)
-        if k == "torch.elastic.worker_failed" and len(self.agent_failed) < 64:
-            self.agent_failed.append(ev)  # torchrun's "failed (exitcode: N) local_rank: K" (diagnose's culprit fallback)
+        if elastic:
+            if ev.pid is not None and len(self._elastic_pids) < _PID_CAP:
+                self._elastic_pids.add(ev.pid)
+                if k == "torch.elastic.sigterm":
+                    self.sigterm_pids.add(ev.pid)
+            if k == "torch.elastic.worker_failed" and len(self.agent_failed) < 64:
+                # torchrun's "failed (exitcode: N) local_rank: K" (diagnose's culprit fallback)
+                self.agent_failed.append(ev)
         self.agents.add(ev)
-        if k.startswith(ERROR_KINDS_PREFIX):
+        if error:
             self._first_error(ev)
-        self.stages.add(ev, self)
+        if staged:
+            self.stages.add(ev, self)
 
     def _timeline(self, ev: Event, what: str | None = None) -> None:
         # held in ``Timelines`` (the label shared: every rank's "transport P2P/IPC" is the same text) until ``build``

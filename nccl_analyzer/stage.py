@@ -130,6 +130,11 @@ def stage_of(ev: Event) -> tuple[Stage, str | None] | None:
     return st, None
 
 
+def may_show_stage(kind: str) -> bool:
+    """Whether ``stage_of`` can give a stage for some event of ``kind`` (False: never, whatever its fields)."""
+    return kind in KIND_STAGE or kind == "nccl.info" or any(kind.startswith(prefix) for prefix, _ in KIND_PREFIX_STAGE)
+
+
 #: Chatter kinds whose line names the printing process's own rank (``own_rank``): never a "fixed" stage.
 OWN_RANK_KINDS = frozenset({"nccl.ring", "nccl.tree", "nccl.trees"})
 
