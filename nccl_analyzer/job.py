@@ -7,7 +7,7 @@ from .agents import ElasticAgents
 from .job_nccl import NcclHandlers
 from .job_procs import ErrorOrder, ProcTable
 from .job_procs import Proc as _Proc
-from .lineref import LineRefs
+from .lineref import LineEvidence, LineRefs
 from .job_torch import TorchHandlers
 from .job_values import (_PID_CAP, _TIMELINE_KINDS, COLLECTIVE_FUNCS, ERROR_KINDS_PREFIX,  # noqa: F401
                          MAX_WORLD, TIMELINE_CAP, RecordTable, Timelines, _error_evidence, one_or_more, _shared, _shared_time, time_key,
@@ -249,6 +249,9 @@ class JobBuilder(NcclHandlers, TorchHandlers):
         job = self.job
         self._built = True
         self.lines.resolve()  # (the first errors' texts, read back from their files: lineref.py)
+        for info in self.job.ranks.values():
+            if info.first_error.__class__ is LineEvidence:  # the model leaves as plain evidence (the redactor, the
+                info.first_error = info.first_error.evidence()  # renderers and pickles walk dataclasses)
         basis = job.extra.get("rank_basis")
         for r in [r for r in basis or () if r in self._stated]:
             del basis[r]  # a later line stated the rank the spawn index gave
