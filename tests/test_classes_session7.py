@@ -177,7 +177,9 @@ def test_class7_wrapped_nccl_error_location_line_gives_the_error_string():
     assert _id(log) == "invalid_usage"
 
 
-# -- class 8: a faulthandler dump whose header is not in the paste -----------------------------------------------
+# -- class 8 (reverted by the lead): a faulthandler dump whose header is not in the paste ---------------------------
+# faulthandler also dumps the threads of a live process (dump_traceback, dump_traceback_later's "Timeout (h:mm:ss)!",
+# register(SIGUSR1)): without its "Fatal Python error: <signal>" header a dump does not say that the process crashed.
 FAULT_DUMP = """Thread 0x00007f1b2c7fe640 (most recent call first):
   File "/usr/lib/python3.10/threading.py", line 324 in wait
   File "/usr/lib/python3.10/threading.py", line 973 in _bootstrap
@@ -188,10 +190,14 @@ Current thread 0x00007f1b9a3c1740 (most recent call first):
 """
 
 
-def test_class8_headerless_faulthandler_dump_is_no_healthy_log():
-    d = _d(FAULT_DUMP)
-    assert d.root_cause is not None
-    assert d.root_cause.evidence[0].line == 1
+def test_class8_a_thread_dump_without_its_header_is_not_called_a_crash():
+    assert _d(FAULT_DUMP).root_cause is None  # (with the reverted class: other, "a native crash", at 0.3)
+
+
+def test_a_faulthandler_timer_dump_in_a_job_that_goes_on_stays_healthy():
+    log = ("2026-12-01 10:00:01,000 INFO train: step 4 loss 0.3100\nTimeout (0:00:05)!\n" + FAULT_DUMP +
+           "2026-12-01 10:00:09,000 INFO train: step 5 loss 0.3000\n2026-12-01 10:00:10,000 INFO train: eval done\n")
+    assert _d(log).root_cause is None
 
 
 def test_class8_a_dump_with_its_header_is_one_crash_report_with_its_signal():

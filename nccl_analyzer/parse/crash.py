@@ -18,8 +18,9 @@ One ``native.crash`` event per report (docs/events.md), with the signal and the 
   (unix time) try "date -d @1700" if you are using GNU date ***``, ``PC: @ 0x... func``), gdb (``Thread 1 "python"
   received signal SIGSEGV, Segmentation fault.``, ``#0  0x... in func () from /lib/x.so``) and the shell
   (``Segmentation fault (core dumped)``, ``bash: line 1: 1234 Bus error (core dumped) python train.py``).
-A faulthandler thread dump whose header is not in the input (it starts at ``Current thread 0x...`` or ``Thread 0x...``)
-is a report with no ``signal``.
+A faulthandler thread dump without its ``Fatal Python error`` header is no crash report: faulthandler also dumps the
+threads of a live process (``dump_traceback``, ``dump_traceback_later``'s ``Timeout (0:00:05)!``, ``register`` on a
+signal such as SIGUSR1), so such a dump alone does not say that the process crashed.
 
 The parser only sees lines the NCCL and torch parsers did not take; its frames continue a report until another
 line comes (``EventStream`` closes an open report when another parser takes a line).
@@ -37,7 +38,7 @@ SIGNALS = {
     "illegal instruction": ("SIGILL", 4),
 }
 _NUM_NAME = {11: "SIGSEGV", 7: "SIGBUS", 6: "SIGABRT", 8: "SIGFPE", 4: "SIGILL"}
-_PRE = re.compile(r"Fatal Python error|Caught signal \d|hread 0x[0-9a-fA-F]+ \(most recent call first\)|"
+_PRE = re.compile(r"Fatal Python error|Caught signal \d|"
                   r"\*\*\* (?:SIG[A-Z]+|Aborted at)|received signal SIG|"
                   r"(?:Segmentation fault|Bus error|Aborted|Floating point exception|Illegal instruction)"
                   r" \(core dumped\)|PC: @ ")
@@ -50,9 +51,6 @@ _HEADERS = (
     (re.compile(r"received signal (?P<name>SIG[A-Z]+)"), "gdb"),
     (re.compile(r"(?:(?P<pid>\d+) )?(?P<what>Segmentation fault|Bus error|Aborted|Floating point exception|"
                 r"Illegal instruction) \(core dumped\)"), "shell"),
-    # faulthandler's thread dump (Python/traceback.c _Py_DumpTracebackThreads) with its "Fatal Python error: ..."
-    # header not in the input (a paste that starts inside the dump): which signal is not known
-    (re.compile(r"^\s*(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):"), "faulthandler"),
 )
 _PY_FRAME = re.compile(r'\s+File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 _UCX_FRAME = re.compile(r"\s*\d+\s+(?P<file>\S+?)\((?P<func>[^+)]*)(?:\+0x[0-9a-f]+)?\) \[0x[0-9a-f]+\]")
@@ -113,7 +111,7 @@ class CrashParser:
                 return [oom]
         # cheap substring tests first: this runs on every line no other parser took
         if not ("Fatal Python" in text or "signal" in text or "SIG" in text or "core dumped" in text
-                or "Aborted at" in text or "call first" in text) or not _PRE.search(text):
+                or "Aborted at" in text) or not _PRE.search(text):
             return None
         for rx, form in _HEADERS:
             m = rx.search(text)
