@@ -44,3 +44,33 @@ def test_a_header_that_ends_its_line_or_follows_a_prefix_is_no_flattened_paste()
     # torch's DataLoader re-raise and a rank's own prefix are parts of the traceback's line
     assert _unglue("Original Traceback (most recent call last): File \"w.py\", line 3") is None
     assert _unglue("[rank0]: Traceback (most recent call last): File \"w.py\", line 3") is None
+
+
+# -- class 2: one global rank started by two processes (PyTorch Lightning's start-up lines) ------------------------
+# Two nodes under srun without --ntasks-per-node: each believes it is node 0, so ranks 0-1 start twice and 2-3 never.
+TWO_NODE_ZERO = """\
+GPU available: True (cuda), used: True
+TPU available: False, using: 0 TPU cores
+GPU available: True (cuda), used: True
+TPU available: False, using: 0 TPU cores
+Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/4
+Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/4
+Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/4
+Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/4
+"""
+
+
+def test_a_global_rank_started_twice_with_ranks_missing_is_the_launch(tmp_path):
+    d = _diag(tmp_path, TWO_NODE_ZERO)
+    assert d.root_cause is not None and d.root_cause.id == "other"
+    assert d.root_cause.rule == "launcher-rank-started-twice"
+    assert "0-1" in d.root_cause.title and "2-3" in d.root_cause.title
+
+
+def test_lightnings_start_up_lines_of_a_healthy_job_are_no_failure(tmp_path):
+    ok = "".join(f"Initializing distributed: GLOBAL_RANK: {r}, MEMBER: {r + 1}/4\n" for r in (2, 0, 3, 1))
+    ok += "distributed_backend=nccl\nAll distributed processes registered. Starting with 4 processes\n"
+    assert _diag(tmp_path, ok).root_cause is None
+    # the pre-1.6 wording, each rank once: one node's part of a two-node job is no failure either
+    part = "".join(f"initializing ddp: GLOBAL_RANK: {r}, MEMBER: {r + 1}/8\n" for r in range(4))
+    assert _diag(tmp_path, part).root_cause is None
