@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .predicate import PredContext, PredResult, predicate
+from .predicate import PredContext, PredResult, _rank_list, predicate
 from .virtual import field_value
 
 
@@ -156,3 +156,23 @@ def hosts_differ(ctx: PredContext, classes: dict[str, str] | None = None, **args
     for h in hosts:
         by_class.setdefault(one[h], first[(h, one[h])])
     return PredResult(bound={"hosts_story": story}, evidence=sorted(by_class.values(), key=lambda e: (e.path, e.line)))
+
+
+@predicate
+def rank_started_twice(ctx: PredContext) -> PredResult | None:
+    """One global rank given to two processes, so that other ranks of the world were given to none: the matched
+    events state each process's global rank and the world size (a launcher's start-up line, once per process)."""
+    seen: dict[int, dict[int, list]] = {}  # world size -> global rank -> the events stating it
+    for ev in ctx.events:
+        size, rank = field_value(ev, "size"), field_value(ev, "global_rank")
+        if isinstance(size, int) and isinstance(rank, int) and 0 <= rank < size:
+            seen.setdefault(size, {}).setdefault(rank, []).append(ev)
+    for size, by_rank in sorted(seen.items()):
+        twice = tuple(r for r, evs in sorted(by_rank.items()) if len(evs) >= 2)
+        missing = size - len(by_rank)
+        if twice and missing > 0:  # every rank stated again with none missing is a restart, not this
+            never = tuple(r for r in range(size) if r not in by_rank)
+            return PredResult(bound={"dup_ranks": _rank_list(twice), "never_ranks": _rank_list(never),
+                                     "world_size": size},
+                              ranks=twice, evidence=[e for r in twice for e in by_rank[r][:2]][:4])
+    return None

@@ -2,7 +2,7 @@
 that holds a second record (another rank's or another process's, glued in) split in parts."""
 from __future__ import annotations
 
-from .rx import _GLUED_RANK, _K8S_TIME, _LAUNCH, _RECORD, _Rx
+from .rx import _GLUED_RANK, _K8S_TIME, _LAUNCH, _RECORD, _TB_HEADER, _Rx
 
 
 #: Terminal / viewer widths a hard wrap is believed at even when only two lines show it.
@@ -132,14 +132,34 @@ def _rejoin_words(rows: list[list], width: int) -> list[list]:
     return out
 
 
+def _tb_cut(text: str) -> int | None:
+    """Where a traceback starts in a line that lost its line breaks: Python ends the line after its header
+    "Traceback (most recent call last):", so a header with other text before it (not a launcher's prefix, not
+    torch's "Original Traceback") and more after it is a record flattened into the line ("... failed (exitcode:
+    -9) ... Traceback (most recent call last): File ..."); None otherwise."""
+    i = text.find(_TB_HEADER)
+    if i <= 0 or not text[i + len(_TB_HEADER):].strip():
+        return None
+    before = text[:i]
+    if not before.strip() or before.endswith("Original ") or _RANK_END.search(before) \
+            or _LAUNCH.fullmatch(before) is not None:
+        return None  # "[rank2]: " before it is the rank cut's (it keeps whose traceback it is)
+    return i
+
+
 def _unglue(text: str, hosts: frozenset[str] = frozenset()) -> list[str] | None:
-    """Split a line that holds a second record: ``[rank1]:[rank0]: Traceback``, ``...[rank2]: Traceback`` or
-    ``...Channel 00host2:9:9 [1] NCCL WARN ...`` (another process's NCCL line written into an unfinished one).
+    """Split a line that holds a second record: ``[rank1]:[rank0]: Traceback``, ``...[rank2]: Traceback``,
+    ``...Channel 00host2:9:9 [1] NCCL WARN ...`` (another process's NCCL line written into an unfinished one) or
+    ``... of binary: /x/python Traceback (most recent call last): File ...`` (a paste that lost its line breaks).
 
     ``hosts`` are the host names seen at line starts: where a glued head's host runs into the text before it
     ("00host2"), the known name says where it begins.
     """
     cuts: list[int] = []
+    if _TB_HEADER in text:
+        i = _tb_cut(text)
+        if i is not None:
+            cuts.append(i)
     if "[rank" in text:
         for m in _GLUED_RANK.finditer(text, 1):
             before = text[:m.start()]
@@ -173,4 +193,5 @@ def _unglue(text: str, hosts: frozenset[str] = frozenset()) -> list[str] | None:
 
 
 _RANK_ONLY = _Rx(r"\[rank\d+\]:")
+_RANK_END = _Rx(r"\[rank\d+\]: ?$")
 _HEAD_BEFORE = _Rx(r"([\w.-]+):\d+:\d+ \[\d+\](?: [^\s:()]+:\d+(?: \([^()\s]*\))?)?$")

@@ -6,10 +6,10 @@ import itertools
 from operator import itemgetter
 from typing import Iterable, Iterator
 
-from .boundary import _unglue, _word_wrap_width, _wrap_width
+from .boundary import _tb_cut, _unglue, _word_wrap_width, _wrap_width
 from .order import _reversed_text
 from .plan import Plan, _printable
-from .rx import _AUTOLINK, _ELISION, _FENCE, _GUTTER, _PROSE_QUOTE, _QUOTED_HEAD, _Rx
+from .rx import _AUTOLINK, _ELISION, _FENCE, _GUTTER, _LINE_LINK, _PROSE_QUOTE, _QUOTED_HEAD, _TB_HEADER, _Rx
 
 
 #: Bytes of a source's head looked at to decide whether it is a paste.
@@ -91,6 +91,12 @@ def plan_for(lines: list[str]) -> Plan | None:
                             if len(s) < 48 and ("." in s or "\u2026" in s or "snip" in s))
     if "[" in starts and "]:[rank" in near:
         plan.glued = _rank_rank(near)
+    if "[" in starts and "](http" in near:
+        # a log pasted as a Markdown link's text: the whole line is "[<text>](https://...)"
+        plan.links = plan.links or any(_LINE_LINK.match(s) for s in lines if s[:1] == "[" and "](http" in s)
+    if text.find(_TB_HEADER) > 0:
+        # a traceback flattened into a line with the record before it (the paste lost its line breaks)
+        plan.glued = plan.glued or any(_tb_cut(s) is not None for s in lines if _TB_HEADER in s)
     # a stray indent before "Last error:" (GitHub keeps one leading space of a re-flowed traceback)
     plan.stray = " " in starts and "\n Last error:" in near or text.startswith(" Last error:")
     # a sentence that quotes a whole log line (a quote mark, then a head only a program writes)

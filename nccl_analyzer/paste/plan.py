@@ -10,7 +10,7 @@ from typing import Iterable, Iterator
 
 from .boundary import _rejoin, _rejoin_words, _unglue
 from .order import _reversed
-from .rx import (_AUTOLINK, _ELISION, _FENCE, _FLUSH_HEADS, _GUTTER, _LAUNCH, _LEAD_TAGS, _PROSE_QUOTE, _QUOTE,
+from .rx import (_AUTOLINK, _ELISION, _FENCE, _FLUSH_HEADS, _GUTTER, _LAUNCH, _LEAD_TAGS, _LINE_LINK, _PROSE_QUOTE, _QUOTE,
                  _SUMMARY, _TRAIL_TAGS)
 
 
@@ -117,7 +117,8 @@ class Plan:
             if self.html and "&" in s:
                 s = _unescape(s)
             if self.links and "](" in s:
-                s = _AUTOLINK.sub(_unlink, s)
+                m = _LINE_LINK.match(s) if s[:1] == "[" else None
+                s = m.group(1) if m else _AUTOLINK.sub(_unlink, s)
             if self.prose and s[:1].isalpha():
                 m = _PROSE_QUOTE.match(s)
                 if m:

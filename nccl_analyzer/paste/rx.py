@@ -49,6 +49,9 @@ _ELISION = _Rx(
     r"|\.{3,}|…|<\s*(?:snip(?:ped)?|\.{3,}|…)\s*>|\(\s*(?:\.{3,}|…|snip(?:ped)?)\s*\)|--\s*snip\s*--"
     r"|\.{3,} ?\(?\d+ (?:more )?lines? (?:omitted|removed|skipped|truncated)\)?)[ \t]*$", re.I)
 _AUTOLINK = _Rx(r"\[([^\[\]()\s]+)\]\((?:https?://)?([^()\s]+?)/?\)")
+# A whole line that is a Markdown link's text ("[<log text>](https://...)", the target maybe cut off by the paste):
+# a log pasted as a link's text (a search link made from the error) renders as that text.
+_LINE_LINK = _Rx(r"\[(.+)\]\(https?://[^\s()]*\)?\s*$")
 
 # What starts a log record (after the paste decorations are gone): a wrapped line's continuation never does.
 _RECORD = _Rx(
@@ -80,6 +83,8 @@ _NCCL_RESULT = _Rx(r"nccl(?:UnhandledCudaError|SystemError|InternalError|Invalid
                           r"|RemoteError|InProgress|Timeout): ")
 # An ISO date-time or a glog "I1201 13:53:17.123" head; compared as text (one paste uses one format).
 _TIME = _Rx(r"(?:\d{4}-\d\d-\d\d[ T_]|(?<!\w)[IWEF]\d{4} )\d\d:\d\d:\d\d(?:[.,]\d+)?")
+# Python's traceback header (a line of its own in a raw log).
+_TB_HEADER = "Traceback (most recent call last):"
 # A second record glued into a line: another rank's "[rankN]:" or another process's NCCL prefix.
 _GLUED_RANK = _Rx(r"\[rank\d+\]:")
 _TWO_NCCL = _Rx(r" NCCL (?:INFO|WARN) [^\n]* NCCL (?:INFO|WARN) ")

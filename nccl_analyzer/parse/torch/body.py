@@ -236,6 +236,9 @@ class _Body(Transformer):
         what = str(c[2]).split(". This may indicate", 1)[0]
         return "torch.nccl.unique_id_error", {"global_rank": _int(c[0]), "key": str(c[1]), "what": what}
 
+    def rank_start(self, c):  # PyTorch Lightning: the global rank this process was given, before init
+        return "torch.launch.rank_start", {"global_rank": _int(c[1]), "member": _int(c[2]), "size": _int(c[3])}
+
     # -- ProcessGroupNCCL init
     def kv(self, c):
         return str(c[0]).strip(), (str(c[1]).strip() if len(c) > 1 else "")

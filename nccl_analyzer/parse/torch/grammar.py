@@ -21,7 +21,7 @@ _TORCH_STARTS = (
     "failed_stack", "stack_frame", "heartbeat", "flight_recorder", "desync", "nccl_error", "nccl_detail",
     "comm_aborted", "unique_id", "pg_init", "store_listen", "socket_bind", "store_connect", "store_timeout",
     "store_closed", "gloo", "cuda_error", "xid", "cuda_search", "device_assert", "cuda_oom", "terminate", "what",
-    "cpp_frame", "elastic", "failure_field",
+    "cpp_frame", "elastic", "failure_field", "rank_start",
 )
 _TB_STARTS = ("tb_header", "tb_chain", "tb_frame", "tb_exception")
 
@@ -116,6 +116,8 @@ _DISPATCH: tuple[tuple[tuple[str, ...], str], ...] = (
     (("Exception raised from", "frame #"), "cpp_frame"),
     (("failed (exitcode:", "Sending process", "Unable to shutdown process", "Signal ", "Received ", "Process ",
       "Setting OMP_NUM_THREADS"), "elastic"),
+    (("Initializing distributed: GLOBAL_RANK: ", "initializing ddp: GLOBAL_RANK: ",
+      "initializing distributed: GLOBAL_RANK: "), "rank_start"),
     (("\t",), "desync"),
     (("#",), "stack_frame"),
 )

@@ -42,9 +42,9 @@ _UPPER = (r"[FEWIVC]\d{4} \d|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):|Traceback \(
           r"First (?:PG|watchdog)|Observed flight|Finished (?:flight|writing NCCLPG|writing Flight Recorder)|Flight [Rr]ecorder|"
           r"Stack trace of the failed|Socket Timeout|Failed to recv|Sending process|Signal \d+ \(|Setting OMP_NUM|"
           r"Search for `cuda|Unable to shutdown|UV Store|TCP client|Collective WorkNCCL|Terminating the process|"
-          r"Unknown NCCL error|Last error:|Root Cause \(first|Failures:$|THCudaCheck FAIL|NVRM: Xid \(|"
+          r"Unknown NCCL error|Last error:|Root Cause \(first|Failures:$|THCudaCheck FAIL|NVRM: Xid \(|Initializing distributed: |"
           r"[\w.-]+: Test CUDA failure |" + _EXC)
-_LOWER = r"[\w.-]+(?:/[\w.-]+)*\.py:\d+\] |terminate called|[\w.-]+: Test CUDA failure |failed \(exitcode|wait timeout after|frame #\d|nccl[A-Z]\w+:|found async|cuda runtime error \(|" + _EXC
+_LOWER = r"[\w.-]+(?:/[\w.-]+)*\.py:\d+\] |terminate called|initializing (?:ddp|distributed): |[\w.-]+: Test CUDA failure |failed \(exitcode|wait timeout after|frame #\d|nccl[A-Z]\w+:|found async|cuda runtime error \(|" + _EXC
 _PRE_BY_CHAR: dict[str, re.Pattern] = {}
 for _c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ":
     _PRE_BY_CHAR[_c] = re.compile(_UPPER)
