@@ -301,6 +301,7 @@ GLOO_CASES = [
     ("11_mismatch_gloo", "collective_mismatch"),
     ("05_rank_exception", "app_exception"),
     (None, "peer_exit"),
+    (None, "rendezvous_unreachable"),
 ]
 
 

@@ -75,10 +75,16 @@ def launch(plan: Plan) -> int:
         print(f"[reproduce] holding 127.0.0.1:{port} with a listening socket (port_conflict)", flush=True)
     else:
         port = free_port()
+    refuser = None
     if plan.scenario == "rendezvous_unreachable" and plan.variant == "fault":
-        closed = free_port()
+        # A socket of ours bound to the port and never listening: nobody else can take the port during the run,
+        # and every connection to it is refused (so "nothing listens there" stays true until the run ends).
+        refuser = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        refuser.bind(("127.0.0.1", 0))
+        closed = refuser.getsockname()[1]
         env["NCCL_ANALYZER_CLOSED_PORT"] = str(closed)
-        print(f"[reproduce] ranks will connect to 127.0.0.1:{closed}, where nothing listens", flush=True)
+        print(f"[reproduce] ranks will connect to 127.0.0.1:{closed}, bound by us and not listening "
+              "(connections are refused)", flush=True)
     argv = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={plan.nproc}", "--nnodes=1",
             "--node_rank=0", "--master_addr=127.0.0.1", f"--master_port={port}", "--max_restarts=0",
             "-m", WORKER_MODULE, *plan.worker_args()]
@@ -86,8 +92,9 @@ def launch(plan: Plan) -> int:
     try:
         return subprocess.call(argv, env=env)
     finally:
-        if holder is not None:
-            holder.close()
+        for sock in (holder, refuser):
+            if sock is not None:
+                sock.close()
 
 
 # ---------------------------------------------------------------------------------------------------------------
