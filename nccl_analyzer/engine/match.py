@@ -11,7 +11,7 @@ from typing import Any
 from ..model import Event
 from .collective import MAX_LOCAL_WORKERS, _lagging_bound, _missing_ranks, _unlisted_workers  # noqa: F401
 from .predicate import PREDICATES, PredContext, PredResult, _odd_ones, _rank_list, _who, predicate  # noqa: F401
-from .prefilter import formula, holds, required
+from .prefilter import flat, formula, meets, required
 from .virtual import VIRTUAL_FIELDS, event_lines, field_value  # noqa: F401
 
 
@@ -35,8 +35,8 @@ class FieldTest:
     value: Any = None
     alts: tuple["FieldTest", ...] = ()
     need: tuple[str, ...] | None = None  # re/nre: literals one of which any match contains (prefilter.py)
-    #: re: what any match needs in full (``prefilter.formula``: all of an alternative's literals), when that says more
-    #: than ``need``; tested after it, before the regex
+    #: re: what any match needs in full (``prefilter.formula``: all of an alternative's literals, ``flat``), when that
+    #: says more than ``need``; tested after it, before the regex
     strict: Any = None
 
     def check(self, ev: Event, memo: dict[str, Any]) -> dict[str, Any] | None:
@@ -61,7 +61,7 @@ class FieldTest:
                         break
                 else:
                     return None
-            if self.strict is not None and not holds(self.strict, v):
+            if self.strict is not None and not meets(self.strict, v):
                 return None
             m = self.value.search(v)
             if not m:
@@ -91,7 +91,7 @@ class FieldTest:
                         break
                 else:
                     return None
-            if self.strict is not None and not holds(self.strict, s):
+            if self.strict is not None and not meets(self.strict, s):
                 return None
             m = self.value.search(s)
             if not m:
@@ -168,6 +168,8 @@ _DIGITS = re.compile(r"\d+")
 #: it remembers one of.
 SHAPES_CAP = 64
 SHAPE_LEN = 4096
+#: Slot lists a dispatch remembers by the literals present (past this many it starts over).
+PICKED_CAP = 256
 
 
 def field_need(sel: Selector) -> tuple[str, frozenset[str]] | None:
@@ -195,7 +197,7 @@ class KindDispatch:
     Which digit-free literals a value holds is remembered by its shape (its digit runs each made one ``0``): such a
     literal is in a value exactly when it is in the value's shape (it lies between two digit runs of both)."""
 
-    __slots__ = ("slots", "_gates", "_fields", "_lits")
+    __slots__ = ("slots", "_gates", "_fields", "_lits", "_picked")
 
     def __init__(self, slots: list[Any]):
         self.slots = slots
@@ -207,12 +209,15 @@ class KindDispatch:
             self._fields[f] = (lits, tuple(x for x in lits if not _DIGITS.search(x)),
                                tuple(x for x in lits if _DIGITS.search(x)), {})
         self._lits = self._fields["body"][0] if "body" in self._fields else ()  # (tests read the body's)
+        #: the literals present (per field, in ``_fields``' order) -> the slots they select (every rank's copy of
+        #: a message holds the same ones: the list is made once, not one set test per slot per event)
+        self._picked: dict[Any, list[Any]] = {}
 
     def select(self, ev: Event, memo: dict[str, Any]) -> list[Any]:
         """The slots worth testing ``ev`` against (``memo``: the event's virtual fields, shared with the tests)."""
         if not self._fields:
             return self.slots
-        present: dict[str, frozenset[str] | set[str]] = {}
+        present: dict[str, frozenset[str]] = {}
         for f, (lits, plain_lits, digit_lits, shapes) in self._fields.items():
             v = memo[f] if f in memo else field_value(ev, f, memo)
             if v is None:
@@ -221,7 +226,7 @@ class KindDispatch:
             if v.__class__ is not str:
                 v = str(v)
             if len(v) > SHAPE_LEN:
-                present[f] = {x for x in lits if x in v}
+                present[f] = frozenset(x for x in lits if x in v)
                 continue
             shape = _DIGITS.sub("0", v)
             plain = shapes.get(shape)
@@ -230,7 +235,14 @@ class KindDispatch:
                     shapes.clear()
                 plain = shapes[shape] = frozenset(x for x in plain_lits if x in shape)
             present[f] = plain.union(x for x in digit_lits if x in v) if digit_lits else plain
-        return [sl for sl, g in zip(self.slots, self._gates) if g is None or not g[1].isdisjoint(present[g[0]])]
+        key = tuple(present.values()) if len(present) > 1 else present[f]
+        got = self._picked.get(key)
+        if got is None:
+            if len(self._picked) >= PICKED_CAP:
+                self._picked.clear()
+            got = self._picked[key] = [sl for sl, g in zip(self.slots, self._gates)
+                                       if g is None or not g[1].isdisjoint(present[g[0]])]
+        return got
 
     @property
     def _shapes(self) -> dict[str, frozenset[str]]:
@@ -246,7 +258,7 @@ def _strict(rx: re.Pattern[str]) -> Any:
     def has_and(x: Any) -> bool:
         return x.__class__ is not str and (x[0] == "&" or any(has_and(p) for p in x[1]))
 
-    return f if f is not None and has_and(f) else None
+    return flat(f) if f is not None and has_and(f) else None
 
 
 def _compile_test(name: str, value: Any) -> FieldTest:

@@ -187,3 +187,41 @@ def _f_seq(items: list[tuple[Any, Any]]) -> Any:
             parts.append(got)
     close()
     return _f_join("&", parts)
+
+
+def flat(f: Any) -> tuple[tuple[tuple[str, ...], ...], ...]:
+    """Formula ``f`` as alternatives of clauses of literals (``meets``): a value meets it when, for some alternative,
+    each of its clauses has one of its literals in the value. Deeper nesting is weakened (an ``&`` inside an
+    alternation of a clause stands for its first part): what ``f`` accepts, ``flat(f)`` accepts."""
+    alts = f[1] if f.__class__ is not str and f[0] == "|" else (f,)
+    return tuple(tuple(_clauses(a)) for a in alts)
+
+
+def _clauses(f: Any) -> list[tuple[str, ...]]:
+    if f.__class__ is str:
+        return [(f,)]
+    if f[0] == "&":
+        return [c for p in f[1] for c in _clauses(p)]
+    return [_clause(f)]
+
+
+def _clause(f: Any) -> tuple[str, ...]:
+    if f.__class__ is str:
+        return (f,)
+    if f[0] == "&":
+        return _clause(f[1][0])  # (one part of it is needed: a weaker test)
+    return tuple(dict.fromkeys(x for p in f[1] for x in _clause(p)))
+
+
+def meets(alts: tuple[tuple[tuple[str, ...], ...], ...], v: str) -> bool:
+    """Whether ``v`` meets flattened formula ``alts`` (``flat``): false means its regex cannot match in ``v``."""
+    for clauses in alts:
+        for clause in clauses:
+            for x in clause:
+                if x in v:
+                    break
+            else:
+                break
+        else:
+            return True
+    return False
