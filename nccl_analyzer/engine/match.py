@@ -11,7 +11,7 @@ from typing import Any
 from ..model import Event
 from .collective import MAX_LOCAL_WORKERS, _lagging_bound, _missing_ranks, _unlisted_workers  # noqa: F401
 from .predicate import PREDICATES, PredContext, PredResult, _odd_ones, _rank_list, _who, predicate  # noqa: F401
-from .prefilter import required
+from .prefilter import flat, formula, meets, required
 from .virtual import VIRTUAL_FIELDS, event_lines, field_value  # noqa: F401
 
 
@@ -35,6 +35,9 @@ class FieldTest:
     value: Any = None
     alts: tuple["FieldTest", ...] = ()
     need: tuple[str, ...] | None = None  # re/nre: literals one of which any match contains (prefilter.py)
+    #: re: what any match needs in full (``prefilter.formula``: all of an alternative's literals, ``flat``), when that
+    #: says more than ``need``; tested after it, before the regex
+    strict: Any = None
 
     def check(self, ev: Event, memo: dict[str, Any]) -> dict[str, Any] | None:
         """Captured named groups ({} when none) if the event passes; None if not."""
@@ -58,6 +61,8 @@ class FieldTest:
                         break
                 else:
                     return None
+            if self.strict is not None and not meets(self.strict, v):
+                return None
             m = self.value.search(v)
             if not m:
                 return None
@@ -86,6 +91,8 @@ class FieldTest:
                         break
                 else:
                     return None
+            if self.strict is not None and not meets(self.strict, s):
+                return None
             m = self.value.search(s)
             if not m:
                 return None
@@ -161,44 +168,97 @@ _DIGITS = re.compile(r"\d+")
 #: it remembers one of.
 SHAPES_CAP = 64
 SHAPE_LEN = 4096
+#: Slot lists a dispatch remembers by the literals present (past this many it starts over).
+PICKED_CAP = 256
+
+
+def field_need(sel: Selector) -> tuple[str, frozenset[str]] | None:
+    """A field and the literals one of which its value must contain for ``sel`` to accept an event: the
+    ``body_need``, else the first ``~regex`` test's with a prefilter on any field (``msg`` on NCCL INFO lines). A
+    value without one fails that test (``FieldTest.check``: its prefilter; a missing field fails a ``~`` test)."""
+    got = body_need(sel)
+    if got is not None:
+        return "body", got
+    for t in sel.tests:
+        if t.op == "re" and t.need is not None:
+            return t.field, frozenset(t.need)
+    return None
+
+
+_NONE: frozenset[str] = frozenset()
 
 
 class KindDispatch:
-    """The slots whose kind globs accept one event kind (in the matcher's order), with their body prefilters
-    merged: each literal any of them needs is looked for in an event's body once, and only the slots one of whose
-    literals is there (or that need none) are tested. The same slots accept the same events as testing them all.
+    """The slots whose kind globs accept one event kind (in the matcher's order), with their prefilters merged per
+    field (``field_need``): each literal any of them needs is looked for in an event's field once, and only the
+    slots one of whose literals is there (or that need none) are tested. The same slots accept the same events as
+    testing them all.
 
-    Which digit-free literals a body holds is remembered by its shape (its digit runs each made one ``0``): such a
-    literal is in a body exactly when it is in the body's shape (it lies between two digit runs of both)."""
+    Which digit-free literals a value holds is remembered by its shape (its digit runs each made one ``0``): such a
+    literal is in a value exactly when it is in the value's shape (it lies between two digit runs of both)."""
 
-    __slots__ = ("slots", "_gates", "_lits", "_plain", "_digits", "_shapes")
+    __slots__ = ("slots", "_gates", "_fields", "_lits", "_picked")
 
     def __init__(self, slots: list[Any]):
         self.slots = slots
-        self._gates = [body_need(sl.selector) for sl in slots]
-        self._lits = tuple(sorted({x for g in self._gates if g is not None for x in g}))
-        self._plain = tuple(x for x in self._lits if not _DIGITS.search(x))
-        self._digits = tuple(x for x in self._lits if _DIGITS.search(x))
-        self._shapes: dict[str, frozenset[str]] = {}
+        self._gates = [field_need(sl.selector) for sl in slots]
+        #: field -> (its literals, the digit-free ones, the ones with digits, shape -> the digit-free ones it holds)
+        self._fields: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], dict[str, frozenset[str]]]] = {}
+        for f in dict.fromkeys(g[0] for g in self._gates if g is not None):
+            lits = tuple(sorted({x for g in self._gates if g is not None and g[0] == f for x in g[1]}))
+            self._fields[f] = (lits, tuple(x for x in lits if not _DIGITS.search(x)),
+                               tuple(x for x in lits if _DIGITS.search(x)), {})
+        self._lits = self._fields["body"][0] if "body" in self._fields else ()  # (tests read the body's)
+        #: the literals present (per field, in ``_fields``' order) -> the slots they select (every rank's copy of
+        #: a message holds the same ones: the list is made once, not one set test per slot per event)
+        self._picked: dict[Any, list[Any]] = {}
 
     def select(self, ev: Event, memo: dict[str, Any]) -> list[Any]:
         """The slots worth testing ``ev`` against (``memo``: the event's virtual fields, shared with the tests)."""
-        if not self._lits:
+        if not self._fields:
             return self.slots
-        body = memo["body"] if "body" in memo else field_value(ev, "body", memo)
-        if len(body) > SHAPE_LEN:
-            present = {x for x in self._lits if x in body}
-        else:
-            shape = _DIGITS.sub("0", body)
-            plain = self._shapes.get(shape)
+        present: dict[str, frozenset[str]] = {}
+        for f, (lits, plain_lits, digit_lits, shapes) in self._fields.items():
+            v = memo[f] if f in memo else field_value(ev, f, memo)
+            if v is None:
+                present[f] = _NONE
+                continue
+            if v.__class__ is not str:
+                v = str(v)
+            if len(v) > SHAPE_LEN:
+                present[f] = frozenset(x for x in lits if x in v)
+                continue
+            shape = _DIGITS.sub("0", v)
+            plain = shapes.get(shape)
             if plain is None:
-                if len(self._shapes) >= SHAPES_CAP:
-                    self._shapes.clear()
-                plain = self._shapes[shape] = frozenset(x for x in self._plain if x in shape)
-            present = plain.union(x for x in self._digits if x in body) if self._digits else plain
-        if not present:
-            return [sl for sl, g in zip(self.slots, self._gates) if g is None]
-        return [sl for sl, g in zip(self.slots, self._gates) if g is None or not g.isdisjoint(present)]
+                if len(shapes) >= SHAPES_CAP:
+                    shapes.clear()
+                plain = shapes[shape] = frozenset(x for x in plain_lits if x in shape)
+            present[f] = plain.union(x for x in digit_lits if x in v) if digit_lits else plain
+        key = tuple(present.values()) if len(present) > 1 else present[f]
+        got = self._picked.get(key)
+        if got is None:
+            if len(self._picked) >= PICKED_CAP:
+                self._picked.clear()
+            got = self._picked[key] = [sl for sl, g in zip(self.slots, self._gates)
+                                       if g is None or not g[1].isdisjoint(present[g[0]])]
+        return got
+
+    @property
+    def _shapes(self) -> dict[str, frozenset[str]]:
+        """The body shapes remembered (tests)."""
+        return self._fields["body"][3] if "body" in self._fields else {}
+
+
+def _strict(rx: re.Pattern[str]) -> Any:
+    """``rx``'s whole requirement (``prefilter.formula``) when it asks more than one literal of a set (some
+    alternative needs two literals or more: an ``&``), else None (``need`` says as much)."""
+    f = formula(rx)
+
+    def has_and(x: Any) -> bool:
+        return x.__class__ is not str and (x[0] == "&" or any(has_and(p) for p in x[1]))
+
+    return flat(f) if f is not None and has_and(f) else None
 
 
 def _compile_test(name: str, value: Any) -> FieldTest:
@@ -214,7 +274,9 @@ def _compile_test(name: str, value: Any) -> FieldTest:
                 rx = re.compile(pat)
             except re.error as exc:
                 raise SelectorError(f"field '{name}': bad regex {pat!r}: {exc}", name) from exc
-            return FieldTest(name, "nre" if neg else "re", rx, need=required(rx))
+            need = required(rx)
+            return FieldTest(name, "nre" if neg else "re", rx, need=need,
+                             strict=None if neg else _strict(rx))
         m = _NUM_OP.match(value)
         if m:
             return FieldTest(name, "num", (m.group(1), float(m.group(2))))

@@ -91,3 +91,137 @@ def _seq(items: list[tuple[Any, Any]]) -> tuple[str, ...] | None:
         # anything else (classes, anchors, lookarounds, back-references): no literal, the run is broken
     close()
     return best
+
+
+# -- the whole requirement (every literal a match needs, per alternative) ----------------------------------------
+#
+# ``required`` keeps ONE set of literals (the best one) and any of them lets a value through: for an alternation it
+# is one literal per alternative, so a body that holds any alternative's most common word reaches the regex
+# (``torch-invalid-argument``'s 25 alternatives include ``ProcessGroup``, which every watchdog record names: at
+# 1,000 ranks ~10,000 searches of kilobyte bodies that all fail). ``formula`` keeps what each alternative needs in
+# full: ALL of its literal runs (a sequence needs each of its parts), ANY of an alternation's alternatives. A value
+# for which the formula is false cannot hold a match (each literal is in the match, hence in the value).
+
+#: Most literals a formula holds (past that, none is kept: its tests would cost what the regex does).
+MAX_FORMULA = 256
+
+Formula = "str | tuple"  # a literal, ("&", parts) or ("|", parts)
+
+
+def formula(rx: re.Pattern[str]) -> Any:
+    """What every match of ``rx`` needs: a literal (str), ``("&", parts)`` (each part) or ``("|", parts)`` (one of
+    them); None when it needs nothing ``holds`` can test (or the formula would be too big)."""
+    if rx.flags & re.IGNORECASE or not isinstance(rx.pattern, str):
+        return None
+    try:
+        parsed = _sre.parse(rx.pattern, rx.flags)
+    except Exception:  # noqa: BLE001 - the pattern compiled; a parser we cannot read means no formula
+        return None
+    got = _f_seq(list(parsed))
+    if got is None or _size(got) > MAX_FORMULA:
+        return None
+    return got
+
+
+def holds(f: Any, v: str) -> bool:
+    """Whether value ``v`` has what formula ``f`` needs (false: ``f``'s regex cannot match in ``v``)."""
+    if f.__class__ is str:
+        return f in v
+    op, parts = f
+    if op == "&":
+        for p in parts:
+            if not (p in v if p.__class__ is str else holds(p, v)):
+                return False
+        return True
+    for p in parts:
+        if p in v if p.__class__ is str else holds(p, v):
+            return True
+    return False
+
+
+def _size(f: Any) -> int:
+    return 1 if f.__class__ is str else sum(_size(p) for p in f[1])
+
+
+def _f_join(op: str, parts: list[Any]) -> Any:
+    if not parts:
+        return None
+    if len(parts) == 1:
+        return parts[0]
+    if op == "&":  # the longest literal first: the likeliest to be missing, so the test stops soonest
+        parts = sorted(parts, key=lambda p: -len(p) if p.__class__ is str else 0)
+    return (op, tuple(parts))
+
+
+def _f_seq(items: list[tuple[Any, Any]]) -> Any:
+    """A sequence needs each of its parts: its literal runs (``MIN_LEN`` characters or more) and what its
+    groups, alternations and repeats of at least one need."""
+    parts: list[Any] = []
+    run: list[str] = []
+
+    def close() -> None:
+        if len(run) >= MIN_LEN:
+            parts.append("".join(run))
+        run.clear()
+
+    for op, av in items:
+        if op is LITERAL:
+            run.append(chr(av))
+            continue
+        if op is IN and len(av) == 1 and av[0][0] is LITERAL:
+            run.append(chr(av[0][1]))
+            continue
+        close()
+        got = None
+        if op is SUBPATTERN:
+            if not av[1] & re.IGNORECASE:  # (?i:...): it needs nothing this test can see
+                got = _f_seq(list(av[3]))
+        elif op is BRANCH:
+            alts = [_f_seq(list(b)) for b in av[1]]
+            if all(a is not None for a in alts):
+                got = _f_join("|", alts)
+        elif op in (MAX_REPEAT, MIN_REPEAT) and av[0] >= 1:
+            got = _f_seq(list(av[2]))
+        # anything else (classes, anchors, lookarounds, back-references): needs nothing testable, breaks the run
+        if got is not None:
+            parts.append(got)
+    close()
+    return _f_join("&", parts)
+
+
+def flat(f: Any) -> tuple[tuple[tuple[str, ...], ...], ...]:
+    """Formula ``f`` as alternatives of clauses of literals (``meets``): a value meets it when, for some alternative,
+    each of its clauses has one of its literals in the value. Deeper nesting is weakened (an ``&`` inside an
+    alternation of a clause stands for its first part): what ``f`` accepts, ``flat(f)`` accepts."""
+    alts = f[1] if f.__class__ is not str and f[0] == "|" else (f,)
+    return tuple(tuple(_clauses(a)) for a in alts)
+
+
+def _clauses(f: Any) -> list[tuple[str, ...]]:
+    if f.__class__ is str:
+        return [(f,)]
+    if f[0] == "&":
+        return [c for p in f[1] for c in _clauses(p)]
+    return [_clause(f)]
+
+
+def _clause(f: Any) -> tuple[str, ...]:
+    if f.__class__ is str:
+        return (f,)
+    if f[0] == "&":
+        return _clause(f[1][0])  # (one part of it is needed: a weaker test)
+    return tuple(dict.fromkeys(x for p in f[1] for x in _clause(p)))
+
+
+def meets(alts: tuple[tuple[tuple[str, ...], ...], ...], v: str) -> bool:
+    """Whether ``v`` meets flattened formula ``alts`` (``flat``): false means its regex cannot match in ``v``."""
+    for clauses in alts:
+        for clause in clauses:
+            for x in clause:
+                if x in v:
+                    break
+            else:
+                break
+        else:
+            return True
+    return False
