@@ -50,8 +50,9 @@ _PRE = re.compile(r"Fatal Python error|Caught signal \d|"
 # A launcher's report of a task that died by a signal: the task's own output may say nothing (a SIGSEGV leaves no
 # Python traceback). The task the launcher names is the process that crashed; srun and mpirun start one process per
 # task, so the task number is its global rank (SLURM_PROCID, the MPI rank).
-# - srun (Slurm src/srun/step_launch.c _task_finish -> "%s: task %s: %s" with the signal's strsignal() text, plus
-#   " (core dumped)"): "srun: error: gpu-a02: task 3: Segmentation fault (core dumped)".
+# - srun, when a task ends by a signal: "<node>: task <N>: <strsignal()>" and " (core dumped)" when it dumped core
+#   (the same report as its "task N: Exited with exit code K" / "task N: Killed" lines, messages/text.toml srun-*):
+#   "srun: error: gpu-a02: task 3: Segmentation fault (core dumped)".
 # - Open MPI's mpirun (orte/tools/orterun/help-orterun.txt [orterun:proc-aborted-strsignal], Open MPI 1.x .. 4.x:
 #   "%s noticed that process rank %lu with PID %lu on node %s exited on signal %d (%s)."); PRRTE's prterun (Open MPI
 #   5: src/docs/show-help-files/help-prun.txt [prun:proc-aborted-strsignal], PRRTE 3.0.x) wraps the same text after
