@@ -38,11 +38,36 @@ SIGNALS = {
     "illegal instruction": ("SIGILL", 4),
 }
 _NUM_NAME = {11: "SIGSEGV", 7: "SIGBUS", 6: "SIGABRT", 8: "SIGFPE", 4: "SIGILL"}
+#: Other signals a launcher may name (a wrapped Open MPI report carries whichever ended the process).
+_OTHER_NUM = {9: "SIGKILL", 15: "SIGTERM", 2: "SIGINT", 1: "SIGHUP", 3: "SIGQUIT", 5: "SIGTRAP", 10: "SIGUSR1",
+              12: "SIGUSR2", 13: "SIGPIPE", 14: "SIGALRM", 24: "SIGXCPU", 25: "SIGXFSZ", 31: "SIGSYS"}
+_CRASH_NAMES = r"Segmentation fault|Bus error|Aborted|Floating point exception|Illegal instruction"
 _PRE = re.compile(r"Fatal Python error|Caught signal \d|"
                   r"\*\*\* (?:SIG[A-Z]+|Aborted at)|received signal SIG|"
                   r"(?:Segmentation fault|Bus error|Aborted|Floating point exception|Illegal instruction)"
-                  r" \(core dumped\)|PC: @ ")
-_HEADERS = (
+                  r" \(core dumped\)|PC: @ |: task \d+: (?:" + _CRASH_NAMES + r")|"
+                  r"noticed that process rank \d+ with PID \d+ on node \S+ exited on(?: signal (?:[4678]|11)\b|\s*$)")
+# A launcher's report of a task that died by a signal: the task's own output may say nothing (a SIGSEGV leaves no
+# Python traceback). The task the launcher names is the process that crashed; srun and mpirun start one process per
+# task, so the task number is its global rank (SLURM_PROCID, the MPI rank).
+# - srun, when a task ends by a signal: "<node>: task <N>: <strsignal()>" and " (core dumped)" when it dumped core
+#   (the same report as its "task N: Exited with exit code K" / "task N: Killed" lines, messages/text.toml srun-*):
+#   "srun: error: gpu-a02: task 3: Segmentation fault (core dumped)".
+# - Open MPI's mpirun (orte/tools/orterun/help-orterun.txt [orterun:proc-aborted-strsignal], Open MPI 1.x .. 4.x:
+#   "%s noticed that process rank %lu with PID %lu on node %s exited on signal %d (%s)."); PRRTE's prterun (Open MPI
+#   5: src/docs/show-help-files/help-prun.txt [prun:proc-aborted-strsignal], PRRTE 3.0.x) wraps the same text after
+#   "exited on", so the signal is on the next line: "signal 11 (Segmentation fault).". Only the crash signals are read
+#   from the one-line form here (SIGKILL / SIGTERM stay the error-text table's, rules launcher-task-*); the wrapped
+#   form is read whole whatever its signal, since its first line alone says none.
+_LAUNCHER = (
+    (re.compile(r"srun: error: (?P<host>\S+): task (?P<task>\d+): (?P<what>" + _CRASH_NAMES + r")\b"), "srun"),
+    (re.compile(r"noticed that process rank (?P<task>\d+) with PID (?P<pid>\d+) on node (?P<host>\S+) exited on signal "
+                r"(?P<num>[4678]|11)\b"), "mpirun"),
+)
+_OMPI_WRAPPED = re.compile(r"noticed that process rank (?P<task>\d+) with PID (?P<pid>\d+) on node (?P<host>\S+) "
+                           r"exited on\s*$")
+_OMPI_TAIL = re.compile(r"\s*signal (?P<num>\d+)(?: \((?P<what>[^)]*)\))?\.?\s*$")
+_HEADERS = _LAUNCHER + (
     (re.compile(r"Fatal Python error: (?P<what>Segmentation fault|Bus error|Aborted|Floating[ -]point exception|"
                 r"Illegal instruction)"), "faulthandler"),
     (re.compile(r"Caught signal (?P<num>\d+) \((?P<what>[^):]+)"), "ucx"),
@@ -82,6 +107,20 @@ class CrashParser:
 
     def feed(self, line: Line) -> list[Event] | None:
         text = line.text
+        if self._open is not None and self._open.fields.get("form") == "mpirun-wrapped":
+            ev, self._open = self._open, None
+            m = _OMPI_TAIL.match(text)
+            if m is None:  # the report's second line is not in the input: it says a process died, not how
+                ev.fields["form"] = "mpirun"
+                _finish(ev)
+                got = self._header(line)
+                return [ev] + got if got else [ev]
+            num = int(m.group("num"))
+            ev.fields.update(signum=num, signal=_NUM_NAME.get(num) or _OTHER_NUM.get(num), form="mpirun",
+                             detail=ev.fields["detail"] + " " + text.strip())
+            ev.end_line = line.lineno
+            _finish(ev)
+            return [ev]
         if self._open is not None:
             if _CONT.match(text) and len(self._open.fields["frames"]) < MAX_FRAMES \
                     and line.lineno - self._open.line < MAX_LINES:
@@ -98,6 +137,8 @@ class CrashParser:
         ev, self._open = self._open, None
         if ev is None:
             return []
+        if ev.fields.get("form") == "mpirun-wrapped":  # the input ended before the report's second line
+            ev.fields["form"] = "mpirun"
         _finish(ev)
         return [ev]
 
@@ -111,8 +152,15 @@ class CrashParser:
                 return [oom]
         # cheap substring tests first: this runs on every line no other parser took
         if not ("Fatal Python" in text or "signal" in text or "SIG" in text or "core dumped" in text
-                or "Aborted at" in text) or not _PRE.search(text):
+                or "Aborted at" in text or "srun: error" in text or "exited on" in text) or not _PRE.search(text):
             return None
+        m = _OMPI_WRAPPED.search(text)
+        if m is not None:  # PRRTE's wrapped report: the signal follows on the next line
+            self._open = Event("native.crash", line.path, line.lineno, line.raw, rank=int(m.group("task")),
+                               time=line.time, fields={"form": "mpirun-wrapped", "signal": None, "frames": [],
+                                                       "detail": text[m.start():].strip(), "host": m.group("host"),
+                                                       "crash_pid": int(m.group("pid"))})
+            return []
         for rx, form in _HEADERS:
             m = rx.search(text)
             if m is None:
@@ -130,8 +178,12 @@ class CrashParser:
             fields = {"form": form, "signal": name, "signum": num, "frames": [], "detail": text[m.start():].strip()}
             if g.get("pid"):
                 fields["crash_pid"] = int(g["pid"])
-            ev = Event("native.crash", line.path, line.lineno, line.raw, rank=line.rank, time=line.time, fields=fields)
-            if form == "shell":
+            rank = line.rank
+            if g.get("task"):  # the launcher names the task that died (its global rank), not the line's own process
+                rank = int(g["task"])
+                fields["host"] = g["host"]
+            ev = Event("native.crash", line.path, line.lineno, line.raw, rank=rank, time=line.time, fields=fields)
+            if form in ("shell", "srun", "mpirun"):
                 _finish(ev)
                 return [ev]
             self._open = ev

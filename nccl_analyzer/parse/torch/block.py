@@ -298,6 +298,48 @@ def _enrich(fields: dict, cont: list[str]) -> None:
 
 _LOOSE_FIELD = re.compile(r"\s*(time|host|rank|exitcode|error_file|traceback)\s*:\s*(.*?)\s*$")
 
+# A ChildFailedError block pasted with its lines glued together (a log viewer or a chat client that turned the
+# newlines into spaces: "  rank      : 3 (local_rank: 3)  exitcode  : -11 (pid: 123)", "[1]:  time      : ...",
+# "Failures:   <NO_OTHER_FAILURES>", or the whole block on the exception's line). torchelastic prints each part on
+# a line of its own (torch/distributed/elastic/multiprocessing/errors/__init__.py ChildFailedError.format_msg:
+# borders, "<entrypoint> FAILED", "Failures:", "Root Cause (first observed failure):", "[N]:" and the six
+# "key : value" fields), so a border, a section header, an entry index or a field key after whitespace is where
+# one of its lines began. The traceback field's value (the last field, free text) is never split but at a border.
+_GLUED_BORDER = re.compile(r"(={20,}|-{20,})")
+_GLUED_AT = re.compile(r"[ \t]+(?=\[\d+\]:(?:\s|$)|(?:time|host|rank|exitcode|error_file|traceback)[ \t]*:(?:[ \t]|$)"
+                       r"|<NO_OTHER_FAILURES>|Root Cause \(first observed failure\):|Failures:|\S+ FAILED(?:\s|$))"
+                       r"|(?<=Failures:)[ \t]+|(?<=\(first observed failure\):)[ \t]+|(?<=^\[\d\]:)[ \t]+|(?<= FAILED)[ \t]+")
+_GLUED_TB = re.compile(r"(?:^|[ \t])traceback[ \t]*:")
+
+
+def _glued_parts(text: str) -> list[str]:
+    """The lines of a ChildFailedError block that ``text`` holds glued together (``[text]`` when it is one)."""
+    s = text.strip()
+    if text.startswith("    ") or not (_GLUED_AT.search(s) or (_GLUED_BORDER.search(s) and not _GLUED_BORDER.fullmatch(s))):
+        return [text]  # one line as printed (a traceback field's continuation lines keep their indentation)
+    out: list[str] = []
+    for piece in _GLUED_BORDER.split(text):
+        if not piece.strip():
+            continue
+        if _GLUED_BORDER.fullmatch(piece):
+            out.append(piece)
+            continue
+        piece = piece.strip()
+        m = _GLUED_TB.search(piece)
+        head, tail = (piece[:m.start()], piece[m.start():].strip()) if m else (piece, "")
+        out.extend(p.strip() for p in _GLUED_AT.split(head.strip()) if p and p.strip())
+        if tail:
+            out.append(tail)
+    return out
+
+
+def child_lines(lines: list[str]) -> list[tuple[int, str]]:
+    """(index in ``lines``, text) of each line of a ChildFailedError block, glued lines taken apart."""
+    out: list[tuple[int, str]] = []
+    for i, t in enumerate(lines):
+        out.extend((i, p) for p in _glued_parts(t))
+    return out
+
 
 def _child_entries(lines: list[str]) -> list[dict]:
     """Failure entries of a ChildFailedError block; ``root_cause`` says which section each one is in."""
@@ -305,7 +347,7 @@ def _child_entries(lines: list[str]) -> list[dict]:
     section = None
     cur: dict | None = None
     last_field = None
-    for i, t in enumerate(lines):
+    for i, t in child_lines(lines):
         if t.startswith("Failures:"):
             section = "failures"
             continue

@@ -11,7 +11,7 @@ from .value import _IDLE_LINES, raise_statement
 from .grammar import classify_body
 from .prefix import (UNRAISABLE_GAP, _CARET, _CHAIN, _CHILD_LINE, _COMM_EXC, _COMM_KINDS, _CONT, _EXC_LINE,
     _FRAME_SEARCH, _LONE_EXC, _MULTILINE_KINDS, _PRE_BY_CHAR, _RANK_WRAP, _RECORD_START, _WHAT, _cont_type)
-from .block import (_Block, _TB_HEADER, _child_entries, _dedented, _default_pg_rank, _default_tag, _enrich,
+from .block import (_Block, _TB_HEADER, _child_entries, child_lines, _dedented, _default_pg_rank, _default_tag, _enrich,
     _exc_line, _glued_header, _log_prefix, _tb_parse)
 
 
@@ -490,7 +490,7 @@ class TorchParser:
         if b.child:
             entries = _child_entries(b.msg)
             fields["failures"] = [{k: v for k, v in e.items() if not k.startswith("_")} for e in entries]
-            m = re.search(r"^(.+) FAILED$", "\n".join(b.msg), re.M)
+            m = re.search(r"^(.+) FAILED$", "\n".join(t for _, t in child_lines(b.msg)), re.M)
             for e in entries:
                 derived.append(self._child_event(b, e, m.group(1) if m else None))
         return [ev] + derived

@@ -100,8 +100,12 @@ def _cont_type(text: str) -> str | None:
 _WHAT = re.compile(r"\s*what\(\):")
 _BORDER = re.compile(r"(?:={20,}|-{20,})$")
 # (a field line may also have lost its indentation in a paste: Markdown and log viewers trim leading spaces)
+# (or glued to the next ones, block.child_lines: "[1]:  time      : ...", "Failures:   <NO_OTHER_FAILURES>  ----")
+_CHILD_FIELD = r"(?:time|host|rank|exitcode|error_file|traceback) *:"
 _CHILD_LINE = re.compile(r"\[\d+\]:$|  (?:time|host|rank|exitcode|error_file|traceback) *:|  <NO_OTHER_FAILURES>"
                          r"|\s*(?:time|host|rank|exitcode|error_file|traceback) *:(?: |$)"
+                         r"|\[\d+\]:\s+" + _CHILD_FIELD + r"|Failures:\s+(?:\[\d+\]:|<NO_OTHER_FAILURES>)"
+                         r"|Root Cause \(first observed failure\):\s+\[\d+\]:|(?:={20,}|-{20,})\s*(?:Failures:|Root Cause \()"
                          r"|Failures:$|Root Cause \(first observed failure\):$|.+ FAILED$|(?:={20,}|-{20,})$|    ")
 # A line that begins a new log record: ends a generic multi-line message.
 _RECORD_START = re.compile(r"\[[FEWIV][\d ]|[FEWIVDC]\d{4} \d\d:|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]+:"
