@@ -224,7 +224,8 @@ class StageTracker:
         cur = self._procs.get(key)
         if cur is None:
             if len(self._procs) < 65536:
-                if key[0].__class__ is str and key[0] not in ("rank", "dev"):  # one host string for all its processes' keys
+                # one host string for all its processes' keys
+                if key[0].__class__ is str and key[0] not in ("rank", "dev"):
                     key = (interned(_HOSTS, key[0], 65536), *key[1:])
                 self._procs[key] = cur = [st, ev, transport, None, None, self._gen]
                 self._now.append(cur)
