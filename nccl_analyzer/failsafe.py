@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from .engine.virtual import field_value
+from .intern import interned
 from .messages import Meaning, Tables, load_tables
 from .model import Dismissed, Event, Evidence, Fix, RootCause
 
@@ -46,8 +47,8 @@ class _Err:
     text: str
     rank: int | None
     meaning: Meaning
-    key: str
-    body: str
+    key: str  # one string per distinct key (``_KEYS``): the lines of one failure on every rank share theirs
+    body_at: Any  # the message (``body``): where it starts in ``text`` when it is the text's end, else the string
     exc_type: str = ""
     host: str | None = None
     pid: int | None = None
@@ -57,6 +58,24 @@ class _Err:
     goes_on: str | None = None  # its outermost frame prints it and carries on (events.toml [caught] goes_on)
     quoted: bool = False  # a traceback the program printed as text (events.toml [caught] quoted)
     parent: "_Err | None" = None
+
+    @property
+    def body(self) -> str:
+        """The message (``fields["msg"]`` or ``["message"]``, else the text), its first 500 characters."""
+        b = self.body_at
+        return self.text[b:] if b.__class__ is int else b
+
+
+#: Each distinct ledger key, one string (bounded: past this many a key is kept as it is). At 3,000 ranks the 5,000
+#: lines kept (``CAP``) had 12 distinct keys of ~200 characters each.
+_KEYS: dict[str, str] = {}
+_KEYS_CAP = 65536
+
+
+def _body_at(text: str, body: str) -> Any:
+    """``body`` as ``_Err.body_at``: its offset in ``text`` when ``text`` ends with it (NCCL's and torch's messages
+    are the end of their line: 75% of the lines kept at 400 ranks), else ``body`` itself."""
+    return len(text) - len(body) if body and text.endswith(body) else body
 
 
 def _body(ev: Event) -> str:
@@ -143,7 +162,8 @@ class ErrorLedger:
         meaning = self._refine(entry, meaning, ev)
         body = _body(ev)
         err = _Err(self.seen, ev.path, ev.line, ev.end_line or ev.line, kind, ev.text, ev.rank, meaning,
-                   f"{meaning.entry}|{_NUM.sub('#', body)[:300]}", body[:500],
+                   interned(_KEYS, f"{meaning.entry}|{_NUM.sub('#', body)[:300]}", _KEYS_CAP),
+                   _body_at(ev.text, body[:500]),
                    str(ev.fields.get("exc_type") or ""), ev.host, ev.pid,
                    uncaught=self.t.caught_uncaught is not None and kind in self.t.caught_kinds
                    and bool(self.t.caught_uncaught.search(ev.text)),

@@ -135,13 +135,13 @@ class NcclHandlers:
             if info.bus_id is None:
                 info.bus_id = bus
             if ev.host is not None or ev.pid is not None:
-                host = ev.host or "?"
+                host = _shared_value(ev.host or "?")  # (one string per host, and per commId below: ~130 bytes a rank)
                 one_or_more_add(self._bus_ranks, (host, bus), grank)
                 if ev.pid is not None and len(self._gpu_inits) < _COMM_CAP:
                     # Per communicator: two processes of ONE comm on one GPU. Separate jobs that reuse a GPU one
                     # after the other (concatenated NCCL_DEBUG_FILEs) have different commIds. The first Init
                     # START line of each process there (evidence only): the event itself while it is the only one.
-                    bk = (host, bus, comm)
+                    bk = (host, bus, _shared_value(comm))
                     got = self._gpu_inits.get(bk)
                     if got is None:
                         self._gpu_inits[bk] = pack(ev)

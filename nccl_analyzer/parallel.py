@@ -24,6 +24,7 @@ from . import triage
 from .classify import EventStream
 from .model import Event
 from .parse.nccl import _CACHE_SIZE as _CHATTER_CAP, _chatter_key
+from .parse.chatter_seen import ChatterSeen
 from .sources import Source, clean_text, open_binary, read_text_lines
 
 #: Below this many bytes in total, one process is faster than starting workers.
@@ -258,7 +259,7 @@ class ChatterMerge:
     __slots__ = ("seen", "last", "compacted")
 
     def __init__(self) -> None:
-        self.seen: set[tuple] = set()
+        self.seen = ChatterSeen()  # (host, pid, chatter key), per process (parse/chatter_seen.py)
         self.last: dict[tuple, Event] = {}
         self.compacted = 0
 

@@ -174,6 +174,10 @@ SWEEP = 256
 _TRANSPORT_SETS: dict[frozenset, frozenset] = {}
 
 
+#: Host names of the entries' keys, one string each (bounded).
+_HOSTS: dict[Any, Any] = {}
+
+
 def _transports(got: frozenset) -> frozenset:
     return interned(_TRANSPORT_SETS, got, 4096)  # one object per distinct set of transports
 
@@ -220,6 +224,9 @@ class StageTracker:
         cur = self._procs.get(key)
         if cur is None:
             if len(self._procs) < 65536:
+                # one host string for all its processes' keys
+                if key[0].__class__ is str and key[0] not in ("rank", "dev"):
+                    key = (interned(_HOSTS, key[0], 65536), *key[1:])
                 self._procs[key] = cur = [st, ev, transport, None, None, self._gen]
                 self._now.append(cur)
                 self._last = cur

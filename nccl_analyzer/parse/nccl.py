@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 from ..model import Event, Line
+from .chatter_seen import ChatterSeen
 # Re-exported names (BODY_STARTS, build_parser, body_parser, _uncached_body, the shape cache's) are read as
 # nccl.<name> by parse/torch/, parallel.py and the tests.
 from .nccl_body import _CACHE_SIZE, BODY_STARTS, _uncached_body, parse_body  # noqa: F401
@@ -93,7 +94,7 @@ class NcclParser:
         self._pending_left = 0
         self.compact = compact
         self.compacted = 0
-        self._chatter_seen: set[tuple] = set()
+        self._chatter_seen = ChatterSeen()  # (host, pid, chatter key) triples, per process (chatter_seen.py)
         # (host, pid) -> last chatter line not turned into an event: a Line, or (lineno, text) from triage.py
         self._chatter_last: dict[tuple, Any] = {}
         self.chatter_src: Any = None  # the Source whose path/rank a (lineno, text) entry has (set by triage.py)
