@@ -182,3 +182,33 @@ def test_nvml_gpu_not_found_is_gpu_visibility():
     d, root = _root(log)
     assert root == "gpu_visibility"
     assert d.root_cause.rule == "nccl-nvml-gpu-not-found"
+
+
+# -- 9. the same handler printing the same caught exception again (a retry loop) -----------------------------------
+def _handled_tb(n: int) -> str:
+    return (f"2026-01-05 10:00:0{n},100 ERROR [rank1] telemetry: push failed (try {n}), retrying\n"
+            "Traceback (most recent call last):\n"
+            '  File "/srv/job/telemetry.py", line 41, in push\n'
+            '    requests.post(URL, json=payload, timeout=1)\n'
+            '  File "/srv/job/telemetry.py", line 12, in post\n'
+            "    raise ConnectionRefusedError(111, 'Connection refused')\n"
+            "ConnectionRefusedError: [Errno 111] Connection refused\n")
+
+
+def test_repeated_handled_traceback_of_a_retry_loop_is_no_failure():
+    steps = "".join(f"2026-01-05 10:00:05,{i:03d} INFO [rank0] train: step {i} loss 0.{i}1\n" for i in range(6))
+    log = _handled_tb(1) + steps + _handled_tb(2) + "2026-01-05 10:00:09,000 WARNING [rank1] telemetry: giving up\n"
+    _, root = _root(log)
+    assert root is None
+
+
+def test_same_exception_escaping_after_the_handled_one_stays_a_failure():
+    steps = "".join(f"2026-01-05 10:00:05,{i:03d} INFO [rank0] train: step {i} loss 0.{i}1\n" for i in range(6))
+    escaped = ("Traceback (most recent call last):\n"
+               '  File "/srv/job/main.py", line 90, in <module>\n'
+               "    run()\n"
+               '  File "/srv/job/telemetry.py", line 12, in post\n'
+               "    raise ConnectionRefusedError(111, 'Connection refused')\n"
+               "ConnectionRefusedError: [Errno 111] Connection refused\n")
+    _, root = _root(_handled_tb(1) + steps + escaped)
+    assert root is not None
