@@ -35,6 +35,7 @@ _VAGUE = frozenset({"other", "peer_exit", "watchdog_timeout"})
 _NUM = re.compile(r"0x[0-9a-fA-F]+|\d+")
 _PY = ("python.traceback", "python.exception")
 _TRACE = "nccl.error.trace"
+_NONE: frozenset[str] = frozenset()
 
 
 @dataclass(slots=True)
@@ -55,6 +56,7 @@ class _Err:
     settled: str | None = None  # the dismissal reason once decided
     uncaught: bool = False  # printed by torch's excepthook: it ended the process
     handled: bool = False  # a whole traceback printed by the program's own handler (events.toml [caught] entry)
+    handler: str = ""  # a handled one's outermost frame ("file:function:line"): the code that caught and printed it
     goes_on: str | None = None  # its outermost frame prints it and carries on (events.toml [caught] goes_on)
     quoted: bool = False  # a traceback the program printed as text (events.toml [caught] quoted)
     parent: "_Err | None" = None
@@ -168,6 +170,7 @@ class ErrorLedger:
                    uncaught=self.t.caught_uncaught is not None and kind in self.t.caught_kinds
                    and bool(self.t.caught_uncaught.search(ev.text)),
                    handled=kind in self.t.caught_kinds and self._handled(ev),
+                   handler=self._handler(ev) if kind in self.t.caught_kinds else "",
                    goes_on=self._goes_on(ev) if kind in self.t.caught_kinds else None,
                    quoted=kind in self.t.caught_kinds and self.t.caught_quoted is not None
                    and bool(ev.fields.get(self.t.caught_quoted)))
@@ -203,6 +206,14 @@ class ErrorLedger:
             return False
         top = frames[0]
         return not self.t.caught_entry.search(f"{top.get('file', '')}:{top.get('function', '')}")
+
+    def _handler(self, ev: Event) -> str:
+        """A traceback's outermost frame as "file:function:line" (where the code that printed it caught it)."""
+        frames = ev.fields.get("frames")
+        if not frames:
+            return ""
+        top = frames[0]
+        return f"{top.get('file', '')}:{top.get('function', '')}:{top.get('line', '')}"
 
     def _goes_on(self, ev: Event) -> str | None:
         """The outermost frame ("file:function") of a whole traceback printed by code that carries on, or None."""
@@ -270,6 +281,9 @@ class ErrorLedger:
             last = last_lines.get(path, 0)
             blocking = False  # a later error line that is not an application exception
             later_keys: set[str] = set()  # later application exceptions (the same one again: another rank's)
+            # later handled ones: (key, handler) -- the same handler printing the same exception again is that
+            # handler catching it again (a retry loop), not another rank's crash
+            later_handled: dict[str, set[str]] = {}
             err_lines = 0
             for e in reversed(errs):
                 if e.parent is not None:
@@ -282,6 +296,7 @@ class ErrorLedger:
                 usual = e.handled or e.quoted or self.t.caught_exc_type is None \
                     or bool(self.t.caught_exc_type.search(e.exc_type))
                 if e.settled is None and app and not self.fatal and not e.uncaught and e.key not in later_keys \
+                        and later_handled.get(e.key, _NONE) <= ({e.handler} if e.handled else _NONE) \
                         and (self.torchrun or (not blocking and usual)):
                     after = last - e.end - err_lines
                     if after >= self.t.caught_min_lines:
@@ -296,11 +311,14 @@ class ErrorLedger:
                             e.settled = (f"quoted, not raised: an indented traceback is text the program printed; "
                                          f"{after} more lines of output follow and {why}")
                 if e.settled is None:
-                    if app:
+                    if app and e.handled and e.handler:
+                        later_handled.setdefault(e.key, set()).add(e.handler)
+                    elif app:
                         later_keys.add(e.key)
                     else:
                         blocking = True
                 err_lines += e.end - e.line + 1
+            self._settle_repeats(errs)
             for e in errs:
                 if e.parent is not None and e.parent.settled and e.parent.settled.startswith(("a caught", "quoted")):
                     e.settled = e.parent.settled
@@ -308,6 +326,22 @@ class ErrorLedger:
         for e in self.errors:  # an NCCL WARN's return-code traces share its fate (harmless, teardown, ...)
             if e.kind == _TRACE and e.parent is not None and e.parent.settled and e.settled is None:
                 e.settled = e.parent.settled
+
+    @staticmethod
+    def _settle_repeats(errs: list[_Err]) -> None:
+        """A handled traceback printed again by the same handler (same outermost frame, same exception) after one
+        the process went on from is that handler catching it again: the same settlement."""
+        caught: dict[tuple[str, str], _Err] = {}
+        for e in errs:  # (in line order)
+            if not e.handled or not e.handler or e.parent is not None:
+                continue
+            k = (e.key, e.handler)
+            first = caught.get(k)
+            if e.settled is not None and e.settled.startswith("a caught"):
+                caught.setdefault(k, e)
+            elif e.settled is None and first is not None:
+                e.settled = (f"a caught exception: the same exception, printed by the same handler "
+                             f"({e.handler.rsplit('/', 1)[-1]}), as line {first.line}, after which the process went on")
 
     def _settle_teardown(self) -> None:
         """Lines that are only the consequence of a process ending (an NCCL proxy losing a local rank's connection)
