@@ -46,8 +46,9 @@ def test_trtllm_cuda_runtime_error_read_by_its_cuda_text():
 def test_modify_qp_to_rtr_failure_is_ib_rdma():
     log = ("link_layer: Ethernet (RoCE)\nport_state: ACTIVE\n"
            "Failed to modify QP to RTR: Connection timed out\nerrno: 110\n")
-    _, root = _root(log)
+    d, root = _root(log)
     assert root == "ib_rdma"
+    assert d.root_cause.rule == "fabric-verbs-modify-qp-failed"
     _, root = _root("Modified QP to RTR\nModified QP to RTS\n")
     assert root is None
 
