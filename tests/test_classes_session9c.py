@@ -30,6 +30,10 @@ def test_cuda_failure_elsewhere_and_oom_in_p2p_keep_their_reading():
     assert root not in (None, "p2p_ipc")
     _, root = _root("gpu-a:7000:7042 [0] transport/p2p.cc:281 NCCL WARN Cuda failure 2 'out of memory'\n")
     assert root == "cuda_oom"
+    # a peer ordinal this process cannot see (one GPU per task) is GPU visibility, read by torch-gpu-visibility alone
+    d, root = _root("gpu-a:7000:7042 [0] transport/p2p.cc:275 NCCL WARN Cuda failure 101 'invalid device ordinal'\n")
+    assert root == "gpu_visibility"
+    assert all(f.rule != "nccl-p2p-transport-cuda-failure" for f in d.findings)
 
 
 # -- TensorRT-LLM's check_cuda_error: "[TensorRT-LLM][ERROR] CUDA runtime error in <call>: <error string>" ------------
