@@ -52,6 +52,9 @@ _EMPTY_ROLE = re.compile(r"\[(\d+)\]:")
 # A whole line set in Markdown bold or code by whoever pasted it ("**RuntimeError: NCCL communicator was aborted
 # ...**", "`[rank1]:[E ...] Watchdog caught ...`"), inside or outside a launcher's prefix: the marks are the paste's.
 _EMPHASIS = re.compile(r"(\*\*|`)(?=[^\s*`])(.*[^\s*`])\1\s*$")  # not glog's "*** SIGSEGV ... ***"
+# Bold over the head of a line only ("**ERROR:torch.distributed.elastic...:failed (exitcode: -9) ... of binary:**
+# /usr/bin/python"): the reporter emphasised the message and left the path after it plain.
+_BOLD_HEAD = re.compile(r"\*\*(?=[^\s*])([^*]*[^\s*])\*\*(?=\s)")
 _TAG = re.compile(r"\[\d{1,7}\] ")
 _SRUN = re.compile(r" {0,4}(\d{1,5}): ")
 #   (RayWorkerVllm pid=7046) / (WorkerDict pid=123, ip=10.0.0.1) / (pid=909608) / (raylet)
@@ -150,6 +153,10 @@ def _clean_full(s: str, src: Source, lineno: int, truncated: bool = False) -> Li
         s = s[2:]
     if (s[:2] == "**" or s[:1] == "`") and s[-1:] in "*`":
         s = _unemphasise(s)
+    elif s[:2] == "**":
+        m = _BOLD_HEAD.match(s)
+        if m:
+            s = m.group(1) + s[m.end():]
     rank = src.rank
     local_rank = src.local_rank
     time = None
