@@ -216,9 +216,13 @@ class ErrorLedger:
         return f"{top.get('file', '')}:{top.get('function', '')}:{top.get('line', '')}"
 
     def _goes_on(self, ev: Event) -> str | None:
-        """The outermost frame ("file:function") of a whole traceback printed by code that carries on, or None."""
+        """The outermost frame ("file:function") of a traceback printed by code that carries on, or None.
+
+        Whole, or cut after its frames with its header kept (``incomplete``, not ``headless``): the header says the
+        first frame shown is the outermost one, which is all this asks; what was raised does not matter here."""
         frames, f = ev.fields.get("frames"), ev.fields
-        if self.t.caught_goes_on is None or not frames or f.get("partial") or f.get("chain"):
+        top_known = not f.get("partial") or (f.get("incomplete") and not f.get("headless"))
+        if self.t.caught_goes_on is None or not frames or not top_known or f.get("chain"):
             return None
         top = f"{frames[0].get('file', '')}:{frames[0].get('function', '')}"
         return top if self.t.caught_goes_on.search(top) else None

@@ -424,6 +424,8 @@ class TorchParser:
         }
         if b.kind == "tb" and exc.get("exc_type") is None:
             fields["incomplete"] = True  # header and frames, no exception line (output cut off)
+            if b.headless:
+                fields["headless"] = True  # no header either: the outermost frame shown need not be the top
             raised = raise_statement(b.frames[-1].get("code")) if b.frames else None
             if raised:  # its innermost frame's line is a raise statement: that names what was raised
                 fields["raise_type"], fields["raise_message"] = raised
