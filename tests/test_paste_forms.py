@@ -42,8 +42,14 @@ def test_every_form_keeps_the_canonical_verdict():
             canon[key] = pf.verdict(pf.render(t, "canonical", "plain", "alone"), RULES)
         if not pf.error_level(canon[key]):
             continue
+        want = canon[key]
+        if form == "prose" and len(t.lines) > 1:
+            # the sentence quotes one line of a multi-line text: what that line says alone is all it can keep (a
+            # torch error whose cause is in its 'Last error:' line keeps only what the exception line says)
+            lines = t.lines if base == "canonical" else dict(t.bare)[base]
+            want = pf.verdict(pf.main_line(tuple(lines)) + "\n", RULES)
         got = pf.verdict(pf.render(t, base, form, ctx), RULES)
-        if pf.outcome(canon[key], got, pf.lenient(t, base, form)) != "held" and not pf.needs_file(t, base):
+        if pf.outcome(want, got, pf.lenient(t, base, form)) != "held" and not pf.needs_file(t, base):
             bad.append(f"  {t.family} {form} {base} {ctx}: want {canon[key]} got {got}: {t.name[:60]}")
     assert len(cells) == 9 * 16 * PER_FORM
     assert not bad, f"{len(bad)} of {len(cells)} cells:\n" + "\n".join(bad)
