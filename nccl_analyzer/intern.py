@@ -14,3 +14,12 @@ def interned(cache: dict, v: Any, cap: int = 65536) -> Any:
             cache[v] = v
         return v
     return got
+
+
+#: Host names, one string each, shared by every per-process table that keys by host (stage tracker, chatter keys).
+HOSTS: dict[Any, Any] = {}
+
+
+def host(name: Any) -> Any:
+    """The one string ``HOSTS`` holds equal to host name ``name`` (bounded like ``interned``)."""
+    return interned(HOSTS, name)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .intern import interned
+from .intern import host as _host, interned
 from .model import Event, Loc, Stage
 from .packed import pack
 
@@ -174,9 +174,6 @@ SWEEP = 256
 _TRANSPORT_SETS: dict[frozenset, frozenset] = {}
 
 
-#: Host names of the entries' keys, one string each (bounded).
-_HOSTS: dict[Any, Any] = {}
-
 
 def _transports(got: frozenset) -> frozenset:
     return interned(_TRANSPORT_SETS, got, 4096)  # one object per distinct set of transports
@@ -226,7 +223,7 @@ class StageTracker:
             if len(self._procs) < 65536:
                 # one host string for all its processes' keys
                 if key[0].__class__ is str and key[0] not in ("rank", "dev"):
-                    key = (interned(_HOSTS, key[0], 65536), *key[1:])
+                    key = (_host(key[0]), *key[1:])
                 self._procs[key] = cur = [st, ev, transport, None, None, self._gen]
                 self._now.append(cur)
                 self._last = cur

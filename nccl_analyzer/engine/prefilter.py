@@ -26,15 +26,23 @@ MIN_LEN = 3
 MAX_ALTS = 32
 
 
-def required(rx: re.Pattern[str]) -> tuple[str, ...] | None:
-    """Literals one of which every match of ``rx`` contains, or None when there is no useful set."""
+def _parsed(rx: re.Pattern[str]) -> list[tuple[Any, Any]] | None:
+    """``rx``'s parse tree (the ``re`` module's own parser), or None when no literal test can stand for it: a
+    case-insensitive or bytes pattern, or one the parser cannot read (it compiled: no prefilter then)."""
     if rx.flags & re.IGNORECASE or not isinstance(rx.pattern, str):
         return None
     try:
-        parsed = _sre.parse(rx.pattern, rx.flags)
-    except Exception:  # noqa: BLE001 - the pattern compiled; a parser we cannot read means no prefilter
+        return list(_sre.parse(rx.pattern, rx.flags))
+    except Exception:  # noqa: BLE001 - a parser we cannot read means no prefilter
         return None
-    got = _seq(list(parsed))
+
+
+def required(rx: re.Pattern[str]) -> tuple[str, ...] | None:
+    """Literals one of which every match of ``rx`` contains, or None when there is no useful set."""
+    parsed = _parsed(rx)
+    if parsed is None:
+        return None
+    got = _seq(parsed)
     if got is None or not got or len(got) > MAX_ALTS or min(len(s) for s in got) < MIN_LEN:
         return None
     return got
@@ -105,38 +113,16 @@ def _seq(items: list[tuple[Any, Any]]) -> tuple[str, ...] | None:
 #: Most literals a formula holds (past that, none is kept: its tests would cost what the regex does).
 MAX_FORMULA = 256
 
-Formula = "str | tuple"  # a literal, ("&", parts) or ("|", parts)
-
-
 def formula(rx: re.Pattern[str]) -> Any:
     """What every match of ``rx`` needs: a literal (str), ``("&", parts)`` (each part) or ``("|", parts)`` (one of
-    them); None when it needs nothing ``holds`` can test (or the formula would be too big)."""
-    if rx.flags & re.IGNORECASE or not isinstance(rx.pattern, str):
+    them); None when it needs nothing a literal test can see (or the formula would be too big)."""
+    parsed = _parsed(rx)
+    if parsed is None:
         return None
-    try:
-        parsed = _sre.parse(rx.pattern, rx.flags)
-    except Exception:  # noqa: BLE001 - the pattern compiled; a parser we cannot read means no formula
-        return None
-    got = _f_seq(list(parsed))
+    got = _f_seq(parsed)
     if got is None or _size(got) > MAX_FORMULA:
         return None
     return got
-
-
-def holds(f: Any, v: str) -> bool:
-    """Whether value ``v`` has what formula ``f`` needs (false: ``f``'s regex cannot match in ``v``)."""
-    if f.__class__ is str:
-        return f in v
-    op, parts = f
-    if op == "&":
-        for p in parts:
-            if not (p in v if p.__class__ is str else holds(p, v)):
-                return False
-        return True
-    for p in parts:
-        if p in v if p.__class__ is str else holds(p, v):
-            return True
-    return False
 
 
 def _size(f: Any) -> int:

@@ -12,14 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..intern import interned
+from ..intern import host as _host, interned
 
 #: The distinct key sets (bounded: past this many a new one is kept as it is).
 _SETS: dict[frozenset, frozenset] = {}
 _SETS_CAP = 4096
-#: Host names, one string each (bounded).
-_HOSTS: dict[Any, Any] = {}
-_HOSTS_CAP = 65536
 
 
 class ChatterSeen:
@@ -41,7 +38,7 @@ class ChatterSeen:
         got = self._by.get(proc)
         if got is None:
             new = frozenset((k,))
-            proc = (interned(_HOSTS, host, _HOSTS_CAP), pid)
+            proc = (_host(host), pid)
         elif k in got:
             return
         else:

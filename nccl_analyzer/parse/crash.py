@@ -44,8 +44,7 @@ _OTHER_NUM = {9: "SIGKILL", 15: "SIGTERM", 2: "SIGINT", 1: "SIGHUP", 3: "SIGQUIT
 _CRASH_NAMES = r"Segmentation fault|Bus error|Aborted|Floating point exception|Illegal instruction"
 _PRE = re.compile(r"Fatal Python error|Caught signal \d|"
                   r"\*\*\* (?:SIG[A-Z]+|Aborted at)|received signal SIG|"
-                  r"(?:Segmentation fault|Bus error|Aborted|Floating point exception|Illegal instruction)"
-                  r" \(core dumped\)|PC: @ |: task \d+: (?:" + _CRASH_NAMES + r")|"
+                  r"(?:" + _CRASH_NAMES + r") \(core dumped\)|PC: @ |: task \d+: (?:" + _CRASH_NAMES + r")|"
                   r"noticed that process rank \d+ with PID \d+ on node \S+ exited on(?: signal (?:[4678]|11)\b|\s*$)")
 # A launcher's report of a task that died by a signal: the task's own output may say nothing (a SIGSEGV leaves no
 # Python traceback). The task the launcher names is the process that crashed; srun and mpirun start one process per
