@@ -103,6 +103,8 @@ def test_library_cuda_check_out_of_memory_is_not_a_cuda_fault():
     "[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:144] no error",
     "ERROR 05-29 04:08:22 worker_base.py:145] RuntimeError: Gloo connectFullMesh failed with "
     "[../third_party/gloo/gloo/transport/tcp/pair.cc:144] no error",
+    "[E1202 17:36:14.013148287 ProcessGroupGloo.cpp:67] Gloo connectFullMesh failed with "
+    "[../third_party/gloo/gloo/transport/tcp/pair.cc:144] no error",
 ])
 def test_gloo_connect_no_error_is_socket_interface(line):
     d, root = _root(line + "\n")
