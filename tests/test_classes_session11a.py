@@ -170,3 +170,13 @@ def test_traceback_cut_elsewhere_stays_other():
 def test_barrier_fixture():
     _, root = _fixture_root("blind10h/transformers17106_main_process_first_tokenization_ranks_waiting_interleaved")
     assert root == "watchdog_timeout"
+
+
+@pytest.mark.parametrize("first,want", [
+    ("Bus error (core dumped)", "shm"),
+    ("RuntimeError: CUDA error: an illegal memory access was encountered", "cuda_error"),
+])
+def test_deepspeed_launcher_kill_after_a_crash_is_the_crash(first, want):
+    d, root = _root(first + "\n[2023-04-14 13:11:27,879] [INFO] [launch.py:428:sigkill_handler] Killing subprocess 13266\n")
+    assert root == want
+    assert d.root_cause.rule != "launcher-deepspeed-kill-silent"
