@@ -30,7 +30,7 @@ QUOTE_CAP = 5
 INFERRED_CONFIDENCE = 0.4
 INFERRED_CONFIDENCE_VAGUE = 0.3
 #: Virtual fields (engine/virtual.py) an events.toml `where` may test: where a traceback was.
-_FRAME_FIELDS = frozenset(("frames_text", "last_frame_file", "last_frame_func"))
+_FRAME_FIELDS = frozenset(("frames_text", "frames_code", "last_frame_file", "last_frame_func"))
 _VAGUE = frozenset({"other", "peer_exit", "watchdog_timeout"})
 _NUM = re.compile(r"0x[0-9a-fA-F]+|\d+")
 _PY = ("python.traceback", "python.exception")

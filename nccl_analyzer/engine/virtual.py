@@ -1,5 +1,5 @@
 """Event field access for selectors and predicates: stored fields, event attributes and the virtual fields
-(``body``, ``exc``, ``frames_text``, ``last_frame_file`` ...) computed from an event."""
+(``body``, ``exc``, ``frames_text``, ``frames_code``, ``last_frame_file`` ...) computed from an event."""
 from __future__ import annotations
 
 import re
@@ -9,7 +9,7 @@ from ..model import Event
 
 
 #: Fields computed from an event rather than read from ``Event.fields`` (see docs in the rule README).
-VIRTUAL_FIELDS = ("body", "text", "exc", "frames_text", "last_frame_file", "last_frame_func", "kind")
+VIRTUAL_FIELDS = ("body", "text", "exc", "frames_text", "frames_code", "last_frame_file", "last_frame_func", "kind")
 
 
 def event_lines(ev: Event) -> list[str]:
@@ -46,6 +46,10 @@ def field_value(ev: Event, name: str, memo: dict[str, Any] | None = None) -> Any
     elif name == "exc":
         et, msg = ev.fields.get("exc_type"), ev.fields.get("message")
         v = f"{et}: {msg}" if et else None
+    elif name == "frames_code":
+        # the source lines Python printed under the frames (what each frame was executing), one per line
+        codes = [str(f.get("code")) for f in ev.fields.get("frames") or [] if isinstance(f, dict) and f.get("code")]
+        v = "\n".join(codes) if codes else None
     else:
         frames = [_frame(f) for f in ev.fields.get("frames") or []]
         frames = [f for f in frames if f is not None]
