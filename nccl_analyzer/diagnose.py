@@ -71,6 +71,9 @@ def _first_failed(builder: "JobBuilder", evidence: tuple[Evidence, ...] = ()) ->
     the process, e.g. std::terminate as gloo / NCCL threads are destroyed after an exception; not a signal sent
     from outside): the best attribution for a root cause whose lines carry no rank (a traceback printed before
     the rank prefix, or by the program's own handler)."""
+    restarted = _attempt_failed(builder, evidence)
+    if restarted is not None:
+        return restarted
     for r, e in builder.exits.items():
         code = e.get("exitcode")
         if e.get("first_observed") and code is not None and (int(code) > 0 or int(code) == -6):
@@ -93,6 +96,31 @@ def _first_failed(builder: "JobBuilder", evidence: tuple[Evidence, ...] = ()) ->
                 return set()
             own.add(r)
     return own if len(own) == 1 else set()
+
+
+def _attempt_failed(builder: "JobBuilder", evidence: tuple[Evidence, ...]) -> set[int] | None:
+    """Where torchelastic restarted the workers (an agent printed more than one "failed (exitcode: N) local_rank: K"
+    line: one per failed attempt, agent/server/api.py), the failure report at the end (its "first observed failure")
+    describes the LAST attempt only. The worker of the cause's attempt is the one the agent reported failed first
+    after the cause's first line, in the same input: {its rank}, or set() when it ended by a signal sent from outside;
+    None when no agent restarted (the report stands) or no such line follows."""
+    seen: dict[tuple[Any, Any, Any], int] = {}
+    for ev in getattr(builder, "agent_failed", ()):
+        k = (ev.path, ev.host, ev.fields.get("agent_pid"))
+        seen[k] = seen.get(k, 0) + 1
+    if not evidence or not any(n > 1 for n in seen.values()):
+        return None
+    first = min(evidence, key=lambda e: e.line)
+    after = [ev for ev in builder.agent_failed if ev.path == first.path and ev.line > first.line]
+    if not after:
+        return None
+    ev = min(after, key=lambda e: e.line)
+    try:
+        code = int(ev.fields.get("exitcode"))
+    except (TypeError, ValueError):
+        return None
+    r = builder.rank_of(ev)
+    return {r} if r is not None and (code > 0 or code == -6) else set()
 
 
 def pick_root(hits: list[Hit], builder: "JobBuilder") -> tuple[Hit | None, list[Hit]]:
