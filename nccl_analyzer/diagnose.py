@@ -71,9 +71,6 @@ def _first_failed(builder: "JobBuilder", evidence: tuple[Evidence, ...] = ()) ->
     the process, e.g. std::terminate as gloo / NCCL threads are destroyed after an exception; not a signal sent
     from outside): the best attribution for a root cause whose lines carry no rank (a traceback printed before
     the rank prefix, or by the program's own handler)."""
-    restarted = _attempt_failed(builder, evidence)
-    if restarted is not None:
-        return restarted
     for r, e in builder.exits.items():
         code = e.get("exitcode")
         if e.get("first_observed") and code is not None and (int(code) > 0 or int(code) == -6):
@@ -194,6 +191,8 @@ def diagnose(hits: list[Hit], builder: "JobBuilder") -> Verdict:
             # torchrun's report of the ranks that reported the lost peer (they exited 1 or were torn down after
             # it) names victims too: only another rank can be the peer that went away
             ranks -= set(best.event_ranks)
+    if not ranks and not best.victims_only:
+        ranks = _attempt_failed(builder, best.evidence) or set()  # a restarted job: the cause's attempt's worker
     if not ranks and best.victims_only:
         pass  # the only ranks in view reported losing a peer: they are not the cause, and the peer is unknown
     elif not ranks and len(job.ranks) == 1:
