@@ -97,7 +97,7 @@ def _first_failed(builder: "JobBuilder", evidence: tuple[Evidence, ...] = ()) ->
 
 def _attempt_failed(builder: "JobBuilder", evidence: tuple[Evidence, ...]) -> set[int] | None:
     """Where torchelastic restarted the workers (an agent printed more than one "failed (exitcode: N) local_rank: K"
-    line: one per failed attempt, agent/server/api.py), the failure report at the end (its "first observed failure")
+    line, one per failed attempt, and its "will restart worker group" line, agent/server/api.py), the failure report at the end (its "first observed failure")
     describes the LAST attempt only. The worker of the cause's attempt is the one the agent reported failed first
     after the cause's first line, in the same input: {its rank}, or set() when it ended by a signal sent from outside;
     None when no agent restarted (the report stands) or no such line follows."""
@@ -105,7 +105,10 @@ def _attempt_failed(builder: "JobBuilder", evidence: tuple[Evidence, ...]) -> se
     for ev in getattr(builder, "agent_failed", ()):
         k = (ev.path, ev.host, ev.fields.get("agent_pid"))
         seen[k] = seen.get(k, 0) + 1
-    if not evidence or not any(n > 1 for n in seen.values()):
+    # two such lines alone may be two workers of one attempt (older torch logs each): the agent's restart line
+    # ("will restart worker group", torch.elastic.restart) must be in the input too
+    if not evidence or not any(n > 1 for n in seen.values()) \
+            or not getattr(builder, "kinds", {}).get("torch.elastic.restart"):
         return None
     first = min(evidence, key=lambda e: e.line)
     after = [ev for ev in builder.agent_failed if ev.path == first.path and ev.line > first.line]
