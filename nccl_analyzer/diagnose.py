@@ -95,6 +95,34 @@ def _first_failed(builder: "JobBuilder", evidence: tuple[Evidence, ...] = ()) ->
     return own if len(own) == 1 else set()
 
 
+def _attempt_failed(builder: "JobBuilder", evidence: tuple[Evidence, ...]) -> set[int] | None:
+    """Where torchelastic restarted the workers (an agent printed more than one "failed (exitcode: N) local_rank: K"
+    line, one per failed attempt, and its "will restart worker group" line, agent/server/api.py), the failure report at the end (its "first observed failure")
+    describes the LAST attempt only. The worker of the cause's attempt is the one the agent reported failed first
+    after the cause's first line, in the same input: {its rank}, or set() when it ended by a signal sent from outside;
+    None when no agent restarted (the report stands) or no such line follows."""
+    seen: dict[tuple[Any, Any, Any], int] = {}
+    for ev in getattr(builder, "agent_failed", ()):
+        k = (ev.path, ev.host, ev.fields.get("agent_pid"))
+        seen[k] = seen.get(k, 0) + 1
+    # two such lines alone may be two workers of one attempt (older torch logs each): the agent's restart line
+    # ("will restart worker group", torch.elastic.restart) must be in the input too
+    if not evidence or not any(n > 1 for n in seen.values()) \
+            or not getattr(builder, "kinds", {}).get("torch.elastic.restart"):
+        return None
+    first = min(evidence, key=lambda e: e.line)
+    after = [ev for ev in builder.agent_failed if ev.path == first.path and ev.line > first.line]
+    if not after:
+        return None
+    ev = min(after, key=lambda e: e.line)
+    try:
+        code = int(ev.fields.get("exitcode"))
+    except (TypeError, ValueError):
+        return None
+    r = builder.rank_of(ev)
+    return {r} if r is not None and (code > 0 or code == -6) else set()
+
+
 def pick_root(hits: list[Hit], builder: "JobBuilder") -> tuple[Hit | None, list[Hit]]:
     """The root-cause hit among root-capable hits, and the unexplained competitors it beat.
 
@@ -166,6 +194,8 @@ def diagnose(hits: list[Hit], builder: "JobBuilder") -> Verdict:
             # torchrun's report of the ranks that reported the lost peer (they exited 1 or were torn down after
             # it) names victims too: only another rank can be the peer that went away
             ranks -= set(best.event_ranks)
+    if not ranks and not best.victims_only:
+        ranks = _attempt_failed(builder, best.evidence) or set()  # a restarted job: the cause's attempt's worker
     if not ranks and best.victims_only:
         pass  # the only ranks in view reported losing a peer: they are not the cause, and the peer is unknown
     elif not ranks and len(job.ranks) == 1:

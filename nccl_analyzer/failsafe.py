@@ -16,6 +16,7 @@ from .engine.virtual import field_value
 from .intern import interned
 from .messages import Meaning, Tables, load_tables
 from .model import Dismissed, Event, Evidence, Fix, RootCause
+from .restarts import Restarts
 
 if TYPE_CHECKING:  # pragma: no cover
     from .diagnose import Verdict
@@ -105,11 +106,13 @@ class ErrorLedger:
         self._launcher_kinds: dict[str, bool] = {}  # kind -> is a launcher record (the kinds are few)
         self.torchrun = False  # torchrun reports any failed worker
         self._quoted: list[_Err] = []  # quoted tracebacks: they count as such only where the launcher's records are
+        self.restarts = Restarts(*self.t.restarted)  # torchelastic restarts the job got past (restarts.py)
+        self._recovered: dict[str, int] = {}  # path -> the last line of its recovered attempts (settle)
 
     def reads(self, kind: str) -> bool:
         """Whether events of ``kind`` can change what the ledger accounts for (triage.py may skip the others)."""
         t = self.t
-        return kind in t.progress_kinds or kind in t.caught_not_with or kind in t.caught_kinds \
+        return self.restarts.reads(kind) or kind in t.progress_kinds or kind in t.caught_not_with or kind in t.caught_kinds \
             or bool(t.entries_for(kind)) or self._launcher_kind(kind)
 
     def _launcher_kind(self, kind: str) -> bool:
@@ -121,6 +124,8 @@ class ErrorLedger:
 
     def add(self, ev: Event) -> None:
         kind = ev.kind
+        if self.restarts.reads(kind):
+            self.restarts.add(ev)
         if ev.path not in self.launcher and self.t.caught_quoted_with and self._launcher_kind(kind):
             self.launcher.add(ev.path)
         if kind in self.t.progress_kinds:
@@ -270,7 +275,16 @@ class ErrorLedger:
             # worker's output), that process getting further shows the rendezvous it was retrying succeeded
             one = len(self.progress_procs.get(path, ())) == 1
             anyone = self.progress.get((path, "any"), 0) if one else self.progress.get((path, None), 0)
+            rec = self.restarts.recovered(path, [(e.line, e.meaning.harmless is not None) for e in errs],
+                                          last_lines.get(path, 0))
+            if rec is not None:
+                self._recovered[path] = rec[0]
+                for e in errs:
+                    if e.line <= rec[0] and e.meaning.harmless is None:
+                        e.settled = rec[1]
             for e in errs:
+                if e.settled is not None:
+                    continue
                 got = self.progress.get((path, e.rank), 0) if e.rank is not None else anyone
                 if e.pid is not None:
                     got = max(got, self.progress.get((path, ("pid", e.host, e.pid)), 0))
@@ -363,7 +377,7 @@ class ErrorLedger:
     def skip(self) -> "Callable[[Event], bool] | None":
         """For ``Matcher.hits(skip=...)``: events inside a caught exception or a retry that later succeeded are
         no failure, so no rule may match them (None when there are none)."""
-        spans: dict[str, list[tuple[int, int]]] = {}
+        spans: dict[str, list[tuple[int, int]]] = {p: [(0, n)] for p, n in self._recovered.items()}
         for e in self.errors:
             if e.settled and not e.settled.startswith("harmless"):
                 spans.setdefault(e.path, []).append((e.line, e.end))

@@ -90,6 +90,9 @@ class Tables:
     # the event field that marks a traceback as text the program printed, not an exception it raised ([caught] quoted)
     caught_quoted: str | None = None
     caught_quoted_with: tuple[str, ...] = ()  # kind globs of the launcher records such a traceback needs in its input
+    # events.toml [restarted]: the kinds of a failed attempt, of the agent's success line, of the final failure report;
+    # the lines of output a recovered attempt needs after it (restarts.py)
+    restarted: tuple[frozenset[str], frozenset[str], frozenset[str], int] = (frozenset(), frozenset(), frozenset(), 3)
 
     # -- lookups ---------------------------------------------------------------------------------------------
     def nccl_warn(self, file: str | None, msg: str) -> Meaning | None:
@@ -259,6 +262,7 @@ def build_tables(files: Iterable[Path]) -> Tables:
     keywords: list[str] = []
     progress: set[str] = set()
     caught: dict[str, Any] = {}
+    restarted: dict[str, Any] = {}
     seen: set[str] = set()
     for f in files:
         data = _read(f)
@@ -277,6 +281,7 @@ def build_tables(files: Iterable[Path]) -> Tables:
         keywords.extend(kws)
         progress |= set((data.get("progress") or {}).get("kinds", ()))
         caught.update(data.get("caught") or {})
+        restarted.update(data.get("restarted") or {})
     kw = tuple(dict.fromkeys(keywords))
     return Tables(nccl=tuple(nccl), events=tuple(events), text=tuple(text), formats=tuple(formats), text_keywords=kw,
                   text_regex=tuple((e, e.msg) for e in text if e.msg is not None), progress_kinds=frozenset(progress),
@@ -290,7 +295,9 @@ def build_tables(files: Iterable[Path]) -> Tables:
                   caught_handled_ids=frozenset(caught.get("handled_ids", ())),
                   caught_goes_on=_compile(caught["goes_on"], "[caught] goes_on") if "goes_on" in caught else None,
                   caught_quoted=caught.get("quoted"),
-                  caught_quoted_with=tuple(caught.get("quoted_with", ())),)
+                  caught_quoted_with=tuple(caught.get("quoted_with", ())),
+                  restarted=(frozenset(restarted.get("failed", ())), frozenset(restarted.get("succeeded", ())),
+                             frozenset(restarted.get("final", ())), int(restarted.get("min_lines_after", 3))))
 
 
 #: A format's head: its own text up to its first blank (the pattern lets blanks vary), conversion or brace. A message

@@ -116,12 +116,12 @@ def test_dlopen_undefined_nccl_symbol_is_a_version_mismatch():
     "/usr/bin/python3: can't open file '/workspace/train_ddp.py': [Errno 2] No such file or directory",
     "/opt/venv/bin/python: No module named trainer.main",
 ])
-def test_python_cannot_start_the_script_is_the_application(line):
+def test_python_cannot_start_the_script_is_a_launch_error(line):
     log = (f"{line}\n"
            "E1201 10:00:02.100000 300 torch/distributed/elastic/multiprocessing/api.py:882] failed (exitcode: 2) "
            "local_rank: 0 (pid: 301) of binary: /usr/bin/python3\n")
     d, root = _root(log)
-    assert root == "app_exception"
+    assert root == "other"  # session 11: no application exception was raised (docs/classes-session11c.md)
     assert d.root_cause.rule == "python-cannot-start-program"
     assert d.root_cause.ranks == (0,)  # the worker torchrun reports, by its local rank (the input shows one node)
 

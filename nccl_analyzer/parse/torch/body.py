@@ -497,6 +497,9 @@ class _Body(Transformer):
         return "torch.elastic.restart", {"role": str(c[0]), "state": str(c[1]), "remaining": _int(c[2]),
                                          "max_restarts": _int(c[3])}
 
+    def worker_group_succeeded(self, c):
+        return "torch.elastic.succeeded", {"role": str(c[0])}
+
     def omp_threads(self, c):
         return "torch.elastic.omp_threads", {"omp_num_threads": _int(c[0])}
 

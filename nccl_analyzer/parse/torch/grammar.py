@@ -125,6 +125,7 @@ _RE_STARTS: tuple[tuple[re.Pattern, str], ...] = (
     (re.compile(r"\[\d+\] is setting up NCCL"), "unique_id"),
     (re.compile(r"\[[^\]\s]*gloo[^\]\s]*:\d+\]"), "gloo"),
     (re.compile(r"\[[\w.-]+\] Worker group "), "elastic"),
+    (re.compile(r"\[[\w.-]+\] worker group successfully finished"), "elastic"),
     (re.compile(r"\[.*\] exits with return code = -?\d+$"), "elastic"),  # DeepSpeed launcher
     (re.compile(r"\d+ Workers \(tasks / actors\) killed due to memory pressure"), "elastic"),  # Ray raylet
     (re.compile(r"\s*what\(\):"), "what"),

@@ -1,0 +1,62 @@
+"""Attempts torchelastic restarted and that the job then got past: their error lines are no failure of the job.
+
+``torchrun --max-restarts=N`` (``SimpleElasticAgent._invoke_run``, torch/distributed/elastic/agent/server/api.py)
+logs ``failed (exitcode: N) local_rank: R ...`` for the first worker of an attempt that failed; with restarts left
+it logs (INFO) ``[role] Worker group FAILED. k/N attempts left; will restart worker group`` and starts every
+worker again; with none left it stops the workers and the launcher raises ``ChildFailedError``, whose report (the
+``Root Cause (first observed failure)`` block) ends the console. When every worker of an attempt exits 0 it logs
+(INFO) ``[role] worker group successfully finished.``.
+
+So an input that shows a failed attempt and, after the last one, either the agent's success line, or (torchrun at
+its default WARNING level prints neither the restart nor the success line) more output with no error line and no
+``ChildFailedError`` report, is a job torchelastic recovered: what the first attempt(s) printed is dismissed. Which
+event kinds play which part is data: ``messages/events.toml`` ``[restarted]``. One input (path) at a time: a file
+of a job whose launcher report is elsewhere (per-rank logs) is left as it is.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True)
+class Restarts:
+    """Per input: where the last failed attempt ended, the last success line, whether a final failure report shows."""
+
+    failed: frozenset[str]
+    succeeded: frozenset[str]
+    final: frozenset[str]
+    min_lines: int = 3
+    last_failed: dict[str, int] = field(default_factory=dict)
+    last_success: dict[str, int] = field(default_factory=dict)
+    ended_failed: set[str] = field(default_factory=set)
+
+    def reads(self, kind: str) -> bool:
+        return kind in self.failed or kind in self.succeeded or kind in self.final
+
+    def add(self, ev: Any) -> None:
+        kind, path, end = ev.kind, ev.path, ev.end_line or ev.line
+        if kind in self.failed:
+            if end > self.last_failed.get(path, 0):
+                self.last_failed[path] = end
+        elif kind in self.succeeded:
+            self.last_success[path] = max(end, self.last_success.get(path, 0))
+        elif kind in self.final:
+            self.ended_failed.add(path)
+
+    def recovered(self, path: str, error_lines: list[tuple[int, bool]], last_line: int) -> tuple[int, str] | None:
+        """(the last line of the failed attempts, the dismissal reason) when ``path`` shows a restart the job got
+        past, else None. ``error_lines``: (line, harmless) of every error line of ``path``."""
+        cut = self.last_failed.get(path)
+        if cut is None or path in self.ended_failed:
+            return None
+        ok = self.last_success.get(path, 0)
+        if ok > cut:
+            return cut, (f"a failed attempt torchelastic restarted: the agent reported the next attempt's worker group "
+                         f"successfully finished (line {ok})")
+        later = [n for n, harmless in error_lines if n > cut and not harmless]
+        if later or last_line - cut < self.min_lines:
+            return None
+        return cut, (f"a failed attempt torchelastic restarted: {last_line - cut} more lines of output follow line "
+                     f"{cut} with no error line and no ChildFailedError report (torchrun prints one when no restart "
+                     "is left)")
