@@ -92,7 +92,8 @@ class Tables:
     caught_quoted_with: tuple[str, ...] = ()  # kind globs of the launcher records such a traceback needs in its input
     # events.toml [restarted]: the kinds of a failed attempt, of the agent's success line, of the final failure report;
     # the lines of output a recovered attempt needs after it (restarts.py)
-    restarted: tuple[frozenset[str], frozenset[str], frozenset[str], int] = (frozenset(), frozenset(), frozenset(), 3)
+    restarted: tuple[frozenset[str], frozenset[str], frozenset[str], int, frozenset[str]] = (
+        frozenset(), frozenset(), frozenset(), 3, frozenset())
 
     # -- lookups ---------------------------------------------------------------------------------------------
     def nccl_warn(self, file: str | None, msg: str) -> Meaning | None:
@@ -297,7 +298,8 @@ def build_tables(files: Iterable[Path]) -> Tables:
                   caught_quoted=caught.get("quoted"),
                   caught_quoted_with=tuple(caught.get("quoted_with", ())),
                   restarted=(frozenset(restarted.get("failed", ())), frozenset(restarted.get("succeeded", ())),
-                             frozenset(restarted.get("final", ())), int(restarted.get("min_lines_after", 3))))
+                             frozenset(restarted.get("final", ())), int(restarted.get("min_lines_after", 3)),
+                             frozenset(restarted.get("restart", ()))))
 
 
 #: A format's head: its own text up to its first blank (the pattern lets blanks vary), conversion or brace. A message

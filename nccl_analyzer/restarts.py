@@ -16,7 +16,11 @@ of a job whose launcher report is elsewhere (per-rank logs) is left as it is.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from array import array
 from typing import Any
+
+#: blank lines remembered per input (the latest ones: only those after the last failed attempt count)
+_BLANKS_KEPT = 4096
 
 
 @dataclass(slots=True)
@@ -27,15 +31,22 @@ class Restarts:
     succeeded: frozenset[str]
     final: frozenset[str]
     min_lines: int = 3
+    restart: frozenset[str] = frozenset()  # the agent's own "will restart worker group" line
     last_failed: dict[str, int] = field(default_factory=dict)
     last_success: dict[str, int] = field(default_factory=dict)
     ended_failed: set[str] = field(default_factory=set)
+    restarted: set[str] = field(default_factory=set)  # paths that show the agent restarting a worker group
+    # path -> numbers of its blank lines (the line-by-line path only: a paste, standard input): a paste's blank
+    # lines and its decorations (fence markers, which paste.py blanks) are no output of a restarted attempt
+    blanks: dict[str, array] = field(default_factory=dict)
 
     def reads(self, kind: str) -> bool:
-        return kind in self.failed or kind in self.succeeded or kind in self.final
+        return kind in self.restart or kind in self.failed or kind in self.succeeded or kind in self.final
 
     def add(self, ev: Any) -> None:
         kind, path, end = ev.kind, ev.path, ev.end_line or ev.line
+        if kind in self.restart:
+            self.restarted.add(path)
         if kind in self.failed:
             if end > self.last_failed.get(path, 0):
                 self.last_failed[path] = end
@@ -43,6 +54,15 @@ class Restarts:
             self.last_success[path] = max(end, self.last_success.get(path, 0))
         elif kind in self.final:
             self.ended_failed.add(path)
+
+    def blank(self, path: str, line: int) -> None:
+        """Line ``line`` of ``path`` holds nothing but white space (after paste.py removed its decorations)."""
+        a = self.blanks.get(path)
+        if a is None:
+            a = self.blanks[path] = array("I")
+        a.append(line)
+        if len(a) > 2 * _BLANKS_KEPT:
+            del a[:_BLANKS_KEPT]
 
     def recovered(self, path: str, error_lines: list[tuple[int, bool]], last_line: int) -> tuple[int, str] | None:
         """(the last line of the failed attempts, the dismissal reason) when ``path`` shows a restart the job got
@@ -54,9 +74,14 @@ class Restarts:
         if ok > cut:
             return cut, (f"a failed attempt torchelastic restarted: the agent reported the next attempt's worker group "
                          f"successfully finished (line {ok})")
-        later = [n for n, harmless in error_lines if n > cut and not harmless]
-        if later or last_line - cut < self.min_lines:
+        if path not in self.restarted:
+            # clean output after a failed worker alone is no restart: a log cut before torchrun's report, with other
+            # ranks' output after it, reads the same (tests/test_robustness.py, the noise transformation)
             return None
-        return cut, (f"a failed attempt torchelastic restarted: {last_line - cut} more lines of output follow line "
+        later = [n for n, harmless in error_lines if n > cut and not harmless]
+        after = last_line - cut - sum(1 for n in self.blanks.get(path, ()) if n > cut)  # lines with text
+        if later or after < self.min_lines:
+            return None
+        return cut, (f"a failed attempt torchelastic restarted: {after} more lines of output follow line "
                      f"{cut} with no error line and no ChildFailedError report (torchrun prints one when no restart "
                      "is left)")
