@@ -77,8 +77,6 @@ class Analyzer:
         if stream is None:
             stream = self._streams[line.path] = EventStream(keep_text=self._keep_text, compact=not self._keep_text)
         self._lines[line.path] = line.lineno
-        if not line.text.strip():
-            self.ledger.restarts.blank(line.path, line.lineno)
         events = stream.feed(line)
         for ev in events:
             self.add_event(ev)

@@ -16,11 +16,7 @@ of a job whose launcher report is elsewhere (per-rank logs) is left as it is.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from array import array
 from typing import Any
-
-#: blank lines remembered per input (the latest ones: only those after the last failed attempt count)
-_BLANKS_KEPT = 4096
 
 
 @dataclass(slots=True)
@@ -36,9 +32,6 @@ class Restarts:
     last_success: dict[str, int] = field(default_factory=dict)
     ended_failed: set[str] = field(default_factory=set)
     restarted: set[str] = field(default_factory=set)  # paths that show the agent restarting a worker group
-    # path -> numbers of its blank lines (the line-by-line path only: a paste, standard input): a paste's blank
-    # lines and its decorations (fence markers, which paste.py blanks) are no output of a restarted attempt
-    blanks: dict[str, array] = field(default_factory=dict)
 
     def reads(self, kind: str) -> bool:
         return kind in self.restart or kind in self.failed or kind in self.succeeded or kind in self.final
@@ -55,15 +48,6 @@ class Restarts:
         elif kind in self.final:
             self.ended_failed.add(path)
 
-    def blank(self, path: str, line: int) -> None:
-        """Line ``line`` of ``path`` holds nothing but white space (after paste.py removed its decorations)."""
-        a = self.blanks.get(path)
-        if a is None:
-            a = self.blanks[path] = array("I")
-        a.append(line)
-        if len(a) > 2 * _BLANKS_KEPT:
-            del a[:_BLANKS_KEPT]
-
     def recovered(self, path: str, error_lines: list[tuple[int, bool]], last_line: int) -> tuple[int, str] | None:
         """(the last line of the failed attempts, the dismissal reason) when ``path`` shows a restart the job got
         past, else None. ``error_lines``: (line, harmless) of every error line of ``path``."""
@@ -78,9 +62,8 @@ class Restarts:
             # clean output after a failed worker alone is no restart: a log cut before torchrun's report, with other
             # ranks' output after it, reads the same (tests/test_robustness.py, the noise transformation)
             return None
-        later = [n for n, harmless in error_lines if n > cut and not harmless]
-        after = last_line - cut - sum(1 for n in self.blanks.get(path, ()) if n > cut)  # lines with text
-        if later or after < self.min_lines:
+        after = last_line - cut
+        if after < self.min_lines or any(n > cut and not harmless for n, harmless in error_lines):
             return None
         return cut, (f"a failed attempt torchelastic restarted: {after} more lines of output follow line "
                      f"{cut} with no error line and no ChildFailedError report (torchrun prints one when no restart "
