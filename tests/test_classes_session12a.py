@@ -1,0 +1,67 @@
+"""The failure classes behind session 12's dev12a misses of fixtures/blind12 and blind12h
+(docs/classes-session12a.md), each written from the program's own message format in several phrasings, versions
+and prefixes, plus the fixture itself, with healthy twins that must stay null."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nccl_analyzer.analysis import analyze, analyze_text
+
+FIX = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+def _root(log: str):
+    d = analyze_text(log)
+    return d, (d.root_cause.id if d.root_cause else None)
+
+
+def _fixture(name: str):
+    d = analyze([str(FIX / name / "log.txt")])
+    return d.root_cause.id if d.root_cause else None, (d.root_cause.rule if d.root_cause else None)
+
+
+# -- several ranks on one GPU: NCCL's init.cc / graph/topo.cc texts of 2.3 .. 2.30.7 ------------------------------
+@pytest.mark.parametrize("log", [
+    # retyped: no space before the colon, alone on a line, with or without the final period
+    "Duplicate GPU detected: rank 2 and rank 0 both on CUDA device 52000.\n",
+    "Duplicate GPU detected:rank 1 and rank 0 both on CUDA device 1b000\n",
+    "[rank1]: Duplicate GPU detected: rank 1 and rank 0 both on CUDA device 60\n",
+    # NCCL 2.30.7 init.cc, with its prefix and bare; 2.30.3 / 2.30.4 graph/topo.cc
+    "node1:2211:2211 [1] init.cc:1057 NCCL WARN Multiple Ranks are using the same GPU/Partition. "
+    "Set NCCL_MULTI_RANK_GPU_ENABLE=1 to enable this configuration.\n",
+    "Multiple Ranks are using the same GPU/Partition. Set NCCL_MULTI_RANK_GPU_ENABLE=1 to enable this configuration.\n",
+    "node1:2211:2211 [1] graph/topo.cc:1500 NCCL WARN Multiple ranks detected using the same GPU on this node. "
+    "Set NCCL_MULTI_RANK_GPU_ENABLE=1 to enable this configuration.\n",
+    # torch's NCCL error text carrying NCCL 2.30.7's last error
+    "[rank1]: torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:93,"
+    " invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.30.7\n"
+    "[rank1]: ncclInvalidUsage: This usually reflects invalid usage of NCCL library.\n[rank1]: Last error:\n"
+    "[rank1]: Multiple Ranks are using the same GPU/Partition. Set NCCL_MULTI_RANK_GPU_ENABLE=1 to enable this "
+    "configuration.\n",
+])
+def test_ranks_on_one_gpu_is_duplicate_gpu(log):
+    d, root = _root(log)
+    assert root == "duplicate_gpu"
+    assert d.root_cause.rule == "nccl-duplicate-gpu"
+
+
+def test_duplicate_gpu_quoted_in_prose_is_not_the_rule():
+    # a sentence quoting the message is no log line: at most the fail-safe's low-confidence inference
+    d, root = _root('I saw "Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 60" in the docs once\n')
+    assert d.root_cause is None or d.root_cause.rule != "nccl-duplicate-gpu"
+
+
+def test_distinct_gpus_init_is_no_failure():
+    _, root = _root("vm:588:588 [0] NCCL INFO ncclCommInitRankConfig comm 0x2146f0b0 rank 0 nranks 2 cudaDev 0 "
+                    "nvmlDev 0 busId 60 commId 0xbddc31eafcd92ae7 - Init START\n"
+                    "vm:589:589 [1] NCCL INFO ncclCommInitRankConfig comm 0x35c9c130 rank 1 nranks 2 cudaDev 1 "
+                    "nvmlDev 1 busId 70 commId 0xbddc31eafcd92ae7 - Init START\n"
+                    "vm:589:589 [1] NCCL INFO Multiple ranks on the same GPU detected and allowed. Disabling NVLS.\n")
+    assert root is None
+
+
+def test_fixture_seesr66_duplicate_gpu():
+    assert _fixture("blind12/seesr66_multi_gpu_repro_all_processes_same_gpu_duplicate_52000") == \
+        ("duplicate_gpu", "nccl-duplicate-gpu")
