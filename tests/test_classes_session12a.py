@@ -65,3 +65,55 @@ def test_distinct_gpus_init_is_no_failure():
 def test_fixture_seesr66_duplicate_gpu():
     assert _fixture("blind12/seesr66_multi_gpu_repro_all_processes_same_gpu_duplicate_52000") == \
         ("duplicate_gpu", "nccl-duplicate-gpu")
+
+
+# -- RDMA devices present but none can be opened: NCCL falls back to sockets (net_ib.cc / net_ib/init.cc) -----------
+_IB_FALLBACK = [
+    # 2.7-era paths, the host:pid prefix stripped as pasted
+    "misc/ibvwrap.cc:212 NCCL WARN Call to ibv_open_device failed\n"
+    "transport/net_ib.cc:148 NCCL WARN NET/IB : Unable to open device mlx5_bond_0\n"
+    "NCCL INFO NET/IB : No device found.\nNCCL INFO NET/Socket : Using [0]bond0:200.1.93.2<0>\n"
+    "NCCL INFO Using network Socket\n",
+    # 2.30 path, full prefix, two HCAs
+    "gpu7:4410:4410 [0] transport/net_ib/init.cc:334 NCCL WARN NET/IB : Unable to open device mlx5_0\n"
+    "gpu7:4410:4410 [0] transport/net_ib/init.cc:334 NCCL WARN NET/IB : Unable to open device mlx5_1\n"
+    "gpu7:4410:4410 [0] NCCL INFO NET/IB : No device found.\n"
+    "gpu7:4410:4410 [0] NCCL INFO NET/Socket : Using [0]eth0:10.1.0.7<0>\ngpu7:4410:4410 [0] NCCL INFO Using network Socket\n",
+    # behind torchrun's [rank0]: head, only the ibvwrap WARN
+    "[rank0]:gpu7:4410:4410 [0] misc/ibvwrap.cc:212 NCCL WARN Call to ibv_open_device failed\n"
+    "[rank0]:gpu7:4410:4410 [0] NCCL INFO NET/IB : No device found.\n"
+    "[rank0]:gpu7:4410:4410 [0] NCCL INFO Using network Socket\n",
+]
+
+
+@pytest.mark.parametrize("log", _IB_FALLBACK)
+def test_unopenable_hcas_socket_fallback_is_ib_rdma(log):
+    d, root = _root(log)
+    assert root == "ib_rdma"
+    assert d.root_cause.rule == "nccl-ib-unopenable-socket-fallback"
+
+
+def test_one_hca_skipped_others_used_is_no_failure():
+    _, root = _root("pod:80744:80744 [1] misc/ibvwrap.cc:212 NCCL WARN Call to ibv_open_device failed\n"
+                    "pod:80744:80744 [1] transport/net_ib.cc:149 NCCL WARN NET/IB : Unable to open device mlx5_58\n"
+                    "pod:80744:80744 [1] NCCL INFO NET/IB : Using [0]mlx5_1:1/RoCE [1]mlx5_18:1/RoCE ; OOB "
+                    "eth0:33.117.221.247<0>\npod:80744:80744 [1] NCCL INFO Using network IB\n")
+    assert root is None
+
+
+def test_no_rdma_hardware_socket_is_no_failure():
+    _, root = _root("vm:588:588 [0] NCCL INFO NET/IB : No device found.\n"
+                    "vm:588:588 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.2<0>\n"
+                    "vm:588:588 [0] NCCL INFO Using network Socket\n")
+    assert root is None
+
+
+def test_fallback_then_app_exception_is_the_exception():
+    _, root = _root(_IB_FALLBACK[1] + "Traceback (most recent call last):\n  File \"train.py\", line 11, in <module>\n"
+                    "    batch = load()\nKeyError: 'input_ids'\n")
+    assert root == "app_exception"
+
+
+def test_fixture_nccl451_ib_rdma():
+    assert _fixture("blind12/nccl451_docker_deepspeed_ibv_open_device_failed_fallback_socket_slow") == \
+        ("ib_rdma", "nccl-ib-unopenable-socket-fallback")
