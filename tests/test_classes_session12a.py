@@ -117,3 +117,54 @@ def test_fallback_then_app_exception_is_the_exception():
 def test_fixture_nccl451_ib_rdma():
     assert _fixture("blind12/nccl451_docker_deepspeed_ibv_open_device_failed_fallback_socket_slow") == \
         ("ib_rdma", "nccl-ib-unopenable-socket-fallback")
+
+
+# -- gloo dialling a peer's loopback alias (hostname -> 127.0.1.1): pair.cc's connect error, old and new forms --------
+@pytest.mark.parametrize("log", [
+    # gloo < 2023 Pair::handleConnecting, bare (gloo's own tools) and as torch raises it
+    "[/opt/gloo/gloo/transport/tcp/pair.cc:761] connect [127.0.1.1]:60817: Connection refused\n",
+    "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:799] connect [127.0.1.1]:14221: Connection refused\n",
+    "[rank3]: RuntimeError: [/opt/conda/gloo/transport/tcp/pair.cc:799] connect [127.0.1.1]:2044: Connection timed out\n",
+    # the reporter's "<some path>" elision inside the location
+    "[<some path>/gloo/gloo/transport/tcp/pair.cc:761] connect [127.0.1.1]:60817: Connection refused\n",
+    # gloo >= 2023 connectCallback inside torch's connectFullMesh error, and its last retry's debug line
+    "[rank8]: RuntimeError: Gloo connectFullMesh failed with [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:152]"
+    " timed out connecting: SO_ERROR: Connection refused, remote=[127.0.1.1]:14215\n",
+    "[/pytorch/third_party/gloo/gloo/transport/tcp/debug_logger.cc:9] ERROR failed to connect, willRetry=0, retry=3, "
+    "retryLimit=3, rank=1, size=2, local=[127.0.1.1]:9363, remote=[127.0.1.1]:21399$1, error=SO_ERROR: Connection "
+    "refused, remote=[127.0.1.1]:21399\n",
+])
+def test_gloo_connect_to_loopback_alias_is_socket_interface(log):
+    d, root = _root(log)
+    assert root == "socket_interface"
+    assert d.root_cause.rule == "gloo-loopback-peer-refused"
+    assert "127.0.1.1" in d.root_cause.title
+
+
+@pytest.mark.parametrize("log", [
+    # 127.0.0.1: what every one-host job advertises (a stale address after an elastic restart)
+    "RuntimeError: Gloo connectFullMesh failed with [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:152] timed "
+    "out connecting: SO_ERROR: Connection refused, remote=[127.0.0.1]:22947\n",
+    # a connected pair on the loopback alias that a dying peer closed: one host
+    "[rank0]: RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:547] Connection closed by peer "
+    "[127.0.1.1]:52889\n",
+    # a retry that gloo will make again
+    "[/pytorch/third_party/gloo/gloo/transport/tcp/debug_logger.cc:9] ERROR failed to connect, willRetry=1, retry=1, "
+    "retryLimit=3, rank=1, size=2, local=[127.0.1.1]:9363, remote=[127.0.1.1]:21399$1, error=SO_ERROR: Connection "
+    "refused, remote=[127.0.1.1]:21399\n",
+    # a routable address refused: a peer not listening
+    "[/opt/gloo/gloo/transport/tcp/pair.cc:761] connect [10.0.0.2]:60817: Connection refused\n",
+])
+def test_gloo_other_connect_errors_are_not_the_loopback_rule(log):
+    d, _ = _root(log)
+    assert d.root_cause is None or d.root_cause.rule != "gloo-loopback-peer-refused"
+
+
+def test_gloo_loopback_alias_in_prose_is_no_failure():
+    _, root = _root("My /etc/hosts maps the host name to 127.0.1.1, is that a problem for gloo?\n")
+    assert root is None
+
+
+def test_fixture_gloo223_socket_interface():
+    assert _fixture("blind12h/gloo223_benchmark_two_nodes_connect_127_0_1_1_refused_loopback") == \
+        ("socket_interface", "gloo-loopback-peer-refused")
