@@ -168,3 +168,56 @@ def test_gloo_loopback_alias_in_prose_is_no_failure():
 def test_fixture_gloo223_socket_interface():
     assert _fixture("blind12h/gloo223_benchmark_two_nodes_connect_127_0_1_1_refused_loopback") == \
         ("socket_interface", "gloo-loopback-peer-refused")
+
+
+# -- the JAX / TF coordination service lost a task's heartbeats (coordination_service.cc CheckHeartbeatTimeout) -----
+@pytest.mark.parametrize("log", [
+    # TF-era glog line of the coordinator (external/org_tensorflow/...)
+    "2022-11-15 16:03:15.140058: E external/org_tensorflow/tensorflow/core/distributed_runtime/coordination/"
+    "coordination_service.cc:954] /job:jax_worker/replica:0/task:37 has been set to ERROR in coordination service: "
+    "UNAVAILABLE: Task /job:jax_worker/replica:0/task:37 heartbeat timeout. This indicates that the remote task has "
+    "failed, got preempted, or crashed unexpectedly. [type.googleapis.com/tensorflow.CoordinationServiceError='']\n",
+    # XLA-era absl log line, with the newer advice text
+    "E1203 10:00:00.123456  4242 coordination_service.cc:584] /job:jax_worker/replica:0/task:1 has been set to ERROR "
+    "in coordination service: UNAVAILABLE: Task /job:jax_worker/replica:0/task:1 heartbeat timeout. This indicates "
+    "that the remote task has failed, got preempted, or crashed unexpectedly. Check the task logs for an earlier error "
+    "or scheduler events (e.g. preemption, eviction) to debug further.\n",
+    # what the other tasks are told, inside jax's exception and in the client's termination line
+    "jaxlib.xla_extension.XlaRuntimeError: UNAVAILABLE: The following tasks are unhealthy (stopped sending "
+    "heartbeats):\n/job:jax_worker/replica:0/task:3\nThe tasks have crashed. Check the task logs for an earlier error, "
+    "or scheduler events (e.g. preemption, eviction) to debug further.\n",
+    "F1203 10:00:01.000000  4242 client.h:77] Terminating process because the JAX distributed service detected fatal "
+    "errors. This most likely indicates that another task died; see the other task logs for more details. Disable "
+    "Python buffering, i.e. `python -u`, to be sure to see all the previous output. absl::Status: UNAVAILABLE: The "
+    "following tasks are unhealthy (stopped sending heartbeats):\n",
+    # a task that came back with a new incarnation
+    "E1203 10:00:02.000000  4242 coordination_service.cc:700] /job:jax_worker/replica:0/task:2 Heartbeat: Incarnation "
+    "ID mismatch: expecting 123 but got 456. The task has restarted and likely crashed earlier - check for any earlier "
+    "errors or any scheduler events (e.g. preemption, eviction) to debug further.\n",
+])
+def test_coordination_heartbeat_lost_is_peer_exit(log):
+    d, root = _root(log)
+    assert root == "peer_exit"
+    assert d.root_cause.rule == "jax-task-heartbeat-timeout"
+
+
+def test_coordination_clean_shutdown_is_no_failure():
+    _, root = _root("I1203 10:00:00.000000  1234 coordination_service_agent.cc:612] Coordination agent has "
+                    "initiated Shutdown().\nI1203 10:00:00.100000  1234 coordination_service_agent.cc:633] "
+                    "Coordination agent has successfully shut down.\n")
+    assert root is None
+
+
+def test_heartbeat_timeout_then_task_oom_is_host_oom():
+    # the dead task's own log in the input: its reason outranks the coordinator's notice
+    d, root = _root("E1203 10:00:00.123456  4242 coordination_service.cc:584] /job:jax_worker/replica:0/task:1 has "
+                    "been set to ERROR in coordination service: UNAVAILABLE: Task /job:jax_worker/replica:0/task:1 "
+                    "heartbeat timeout. This indicates that the remote task has failed, got preempted, or crashed "
+                    "unexpectedly.\n[12345.678] Out of memory: Killed process 4243 (python3) total-vm:812345678kB, "
+                    "anon-rss:512345678kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:1234kB oom_score_adj:0\n")
+    assert root == "host_oom"
+
+
+def test_fixture_archobjective26_peer_exit():
+    assert _fixture("blind12/archobjective26_t5x_large_model_task37_heartbeat_timeout_coordination_service") == \
+        ("peer_exit", "jax-task-heartbeat-timeout")
