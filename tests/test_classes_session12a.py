@@ -221,3 +221,28 @@ def test_heartbeat_timeout_then_task_oom_is_host_oom():
 def test_fixture_archobjective26_peer_exit():
     assert _fixture("blind12/archobjective26_t5x_large_model_task37_heartbeat_timeout_coordination_service") == \
         ("peer_exit", "jax-task-heartbeat-timeout")
+
+
+# -- ProcessGroupNCCL rejecting a tensor dtype it has no NCCL datatype for (getNcclDataType, float8 reductions) -----
+@pytest.mark.parametrize("log", [
+    "RuntimeError: Unsupported data type for NCCL process group\n",
+    "RuntimeError: Input tensor data type is not supported for NCCL process group: BFloat16\n",
+    "[rank1]: TypeError: Input tensor data type is not supported for NCCL process group: ComplexFloat\n",
+    "Traceback (most recent call last):\n  File \"/srv/app/train.py\", line 20, in <module>\n    dist.all_reduce(x)\n"
+    "  File \"/usr/lib/python3/site-packages/torch/distributed/c10d_logger.py\", line 81, in wrapper\n"
+    "    return func(*args, **kwargs)\nRuntimeError: Float8 dtypes are not currenlty supported for NCCL reductions\n",
+])
+def test_nccl_unsupported_dtype_is_invalid_usage(log):
+    d, root = _root(log)
+    assert root == "invalid_usage"
+    assert d.root_cause.rule == "torch-nccl-unsupported-dtype"
+
+
+def test_unsupported_dtype_in_prose_is_no_failure():
+    _, root = _root("Note: bool tensors were not supported for NCCL process groups before 1.7, cast them first.\n")
+    assert root is None
+
+
+def test_fixture_pytorch24137_invalid_usage():
+    assert _fixture("blind12h/pytorch24137_nccl_broadcast_bool_tensor_unsupported_data_type") == \
+        ("invalid_usage", "torch-nccl-unsupported-dtype")
