@@ -246,3 +246,12 @@ def test_unsupported_dtype_in_prose_is_no_failure():
 def test_fixture_pytorch24137_invalid_usage():
     assert _fixture("blind12h/pytorch24137_nccl_broadcast_bool_tensor_unsupported_data_type") == \
         ("invalid_usage", "torch-nccl-unsupported-dtype")
+
+
+def test_gloo_location_with_many_angle_groups_is_fast():
+    # the "<some path>" elision in the gloo location pattern must not backtrack exponentially on "[<a><a>...]"
+    import time
+    t = time.monotonic()
+    _, root = _root("[" + "<a>" * 40 + "] not a gloo line\n")
+    assert time.monotonic() - t < 5.0
+    assert root is None
