@@ -123,7 +123,7 @@ _DISPATCH: tuple[tuple[tuple[str, ...], str], ...] = (
 )
 _RE_STARTS: tuple[tuple[re.Pattern, str], ...] = (
     (re.compile(r"\[\d+\] is setting up NCCL"), "unique_id"),
-    (re.compile(r"\[[^\]\s]*gloo[^\]\s]*:\d+\]"), "gloo"),
+    (re.compile(r"\[(?:<[^<>\]\n]*>|[^\]\s<])*gloo[^\]\s]*:\d+\]"), "gloo"),  # grammars/torch.lark GLOO_LOC
     (re.compile(r"\[[\w.-]+\] Worker group "), "elastic"),
     (re.compile(r"\[[\w.-]+\] worker group successfully finished"), "elastic"),
     (re.compile(r"\[.*\] exits with return code = -?\d+$"), "elastic"),  # DeepSpeed launcher

@@ -51,7 +51,7 @@ for _c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ":
 for _c in "abcdefghijklmnopqrstuvwxyz_":
     _PRE_BY_CHAR[_c] = re.compile(_LOWER)
 _PRE_BY_CHAR["["] = re.compile(r"\[(?:rank\d|[FEWIV][\d ]|Rank \d|PG |c10d|\d{4}-\d\d-\d\d |\d+\]:$|\d+\] is setting"
-                               r"|[^\]\s]*gloo|[\w.-]+\] [Ww]orker group|\s*\d+\.\d+\] NVRM: Xid \()")
+                               r"|(?:<[^<>\]\n]*>|[^\]\s<])*gloo|[\w.-]+\] [Ww]orker group|\s*\d+\.\d+\] NVRM: Xid \()")
 _PRE_BY_CHAR[" "] = re.compile(r"\s+(?:File \"|what\(\):|\"message\": \")|  (?:time|host|rank|exitcode|error_file|traceback) *:")
 _PRE_BY_CHAR["\t"] = re.compile(r"\t")
 _PRE_BY_CHAR["/"] = re.compile(r"/\S+:\d+: .*Assertion")
