@@ -1,7 +1,7 @@
 """The failure classes behind the misses of the development sets fixtures/blind14 and fixtures/blind15 fixed in
 session 12 by dev12d (docs/classes-session12d.md), each in several forms (prefixes, versions, wordings) with healthy
 twins that must stay null, plus the public fixture: aws-ofi-nccl's test logger and NCCL's "Last error:" behind
-pdsh's node prefix, a launcher's ssh connection failure, Lightning ranks that never started, Horovod's stall report
+pdsh's node prefix, a launcher's ssh connection failure, Horovod's stall report
 with ranks in different collectives, vLLM's custom all-reduce CUDACHECK without "Cuda error", an NCCL result string
 quoted alone on a line, and an interface-address lookup failing in the program."""
 from __future__ import annotations
@@ -88,37 +88,11 @@ def test_ssh_fixture():
     assert _fixture_root("blind14/horovod1226_*")[1] == "rendezvous_unreachable"
 
 
-# -- 3. Lightning: some ranks of the world never started, the log ends ---------------------------------------------
-@pytest.mark.parametrize("head,size,started", [
-    ("initializing ddp", 8, [1, 2, 0, 3]),
-    ("Initializing distributed", 4, [0, 1]),
-    ("Initializing distributed", 16, list(range(8))),
-])
-def test_ranks_never_started_is_rendezvous_unreachable(head, size, started):
-    log = "GPU available: True, used: True\n" + "".join(
-        f"{head}: GLOBAL_RANK: {r}, MEMBER: {r + 1}/{size}\n" for r in started)
-    d, rid = _root(log)
-    assert rid == "rendezvous_unreachable"
-    assert d.root_cause.rule == "launcher-ranks-never-started"
-
-
-@pytest.mark.parametrize("log", [
-    # every rank started
-    "".join(f"Initializing distributed: GLOBAL_RANK: {r}, MEMBER: {r + 1}/4\n" for r in range(4)),
-    # one node's log of a job that went on
-    "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/8\nInitializing distributed: GLOBAL_RANK: 1, MEMBER: 2/8\n"
-    "All distributed processes registered. Starting with 8 processes\n"
-    "Epoch 0:  12%|#         | 120/1000 [00:31<03:50,  3.82it/s, loss=2.31]\n",
-])
-def test_ranks_never_started_healthy_twins(log):
-    d, _ = _root(log)
-    assert d.root_cause is None or d.root_cause.rule != "launcher-ranks-never-started"
-
-
-def test_ranks_never_started_fixture():
-    d, rid = _fixture_root("blind14/lightning8707_*")
-    assert rid == "rendezvous_unreachable"
-    assert "4-7" in d.root_cause.title
+# -- 3. Lightning: some ranks of the world stated, the log ends: NOT read as a failure (left, see the doc) ---------
+def test_ranks_of_one_node_then_the_log_ends_stays_no_failure():
+    # the lightning8707 shape; tests/test_classes_session7_dev18.py keeps the same excerpt healthy (one node's part
+    # of a job cannot be told from a hang by absence alone)
+    assert _fixture_root("blind14/lightning8707_*")[1] is None
 
 
 # -- 4. Horovod's stall report: two tensors with no ready rank in common --------------------------------------------

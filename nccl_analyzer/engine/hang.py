@@ -181,36 +181,6 @@ def stuck_stage(ctx: PredContext, **args: Any) -> PredResult | None:
     return PredResult(bound=bound, ranks=behind, evidence=evidence)
 
 
-@predicate
-def ranks_never_started(ctx: PredContext) -> PredResult | None:
-    """Some global ranks of the world were never started and the log ends there: the matched events state each
-    process's global rank and the world size (a launcher's start-up line, once per process, e.g. Lightning's
-    ``Initializing distributed: GLOBAL_RANK: r, MEMBER: r+1/N``); no rank is stated twice (that is
-    rank_started_twice), fewer than N are stated, and the program printed nothing of its own after the last of them
-    (output after it is a run that went on, or a log of one node of a job that worked)."""
-    seen: dict[int, dict[int, Any]] = {}  # world size -> global rank -> the first event stating it
-    twice: set[int] = set()
-    for ev in ctx.events:
-        size, rank = ev.fields.get("size"), ev.fields.get("global_rank")
-        if isinstance(size, int) and isinstance(rank, int) and 0 <= rank < size:
-            by_rank = seen.setdefault(size, {})
-            if rank in by_rank:
-                twice.add(size)
-            by_rank.setdefault(rank, ev)
-    if len(seen) != 1:  # two world sizes: two runs in one log, nothing to say
-        return None
-    size, by_rank = next(iter(seen.items()))
-    if size in twice or not 0 < len(by_rank) < size:
-        return None
-    starts = list(by_rank.values())
-    if _progress_after(ctx.builder, [max(starts, key=lambda e: (e.path, e.line))], ctx.events):
-        return None
-    never = tuple(r for r in range(size) if r not in by_rank)
-    return PredResult(bound={"started": _rank_list(tuple(sorted(by_rank))), "never_ranks": _rank_list(never),
-                             "world_size": size, "started_count": len(by_rank)},
-                      ranks=never, evidence=sorted(starts, key=lambda e: (e.path, e.line))[:4])
-
-
 _READY_RANKS = re.compile(r"([\w./:-]+) \[ready ranks: (\d+(?:, ?\d+)*)\]")
 
 
