@@ -57,6 +57,10 @@ _EMPHASIS = re.compile(r"(\*\*|`)(?=[^\s*`])(.*[^\s*`])\1\s*$")  # not glog's "*
 _BOLD_HEAD = re.compile(r"\*\*(?=[^\s*])([^*]*[^\s*])\*\*(?=\s)")
 _TAG = re.compile(r"\[\d{1,7}\] ")
 _SRUN = re.compile(r" {0,4}(\d{1,5}): ")
+# pdsh (and DeepSpeed's pdsh runner, its default for multi-node jobs) writes "<node>: " before every line of a node's
+# output (pdsh's own output module: "%s: %s"). Only a node named by its IPv4 address is taken: a host name followed by
+# ": " cannot be told from the program's own "Error: " / "WARNING: " words.
+_PDSH_IP = re.compile(r"(?:25[0-5]|2[0-4]\d|1?\d?\d)(?:\.(?:25[0-5]|2[0-4]\d|1?\d?\d)){3}: ")
 #   (RayWorkerVllm pid=7046) / (WorkerDict pid=123, ip=10.0.0.1) / (pid=909608) / (raylet)
 #                                     Ray's log monitor: which actor/worker printed the line (no rank)
 #   [1,3]<stderr>:                    mpirun --tag-output ([jobid,rank]<stream>:); the rank is kept
@@ -181,6 +185,10 @@ def _clean_full(s: str, src: Source, lineno: int, truncated: bool = False) -> Li
         s, local_rank = _strip_torchx(s, local_rank)
     if s and s[0] in _PREFIX_START:
         # Cheap character tests first: most lines have no wrapper prefix, and a regex call costs ~0.3 us.
+        if "." in s[1:4] and s[0].isdigit():
+            m = _PDSH_IP.match(s)
+            if m:
+                s = s[m.end():]  # pdsh's "<node>: " (DeepSpeed's multi-node runner), the node an IPv4 address
         if len(s) > 20 and s[4] == "-" and (s[10] == "T" or s[10] == " "):
             m = _CONTAINER_TS.match(s)
             if m:

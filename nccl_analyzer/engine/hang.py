@@ -179,3 +179,30 @@ def stuck_stage(ctx: PredContext, **args: Any) -> PredResult | None:
         bound.pop("done_who", None)
         return PredResult(bound=bound, ranks=(), evidence=evidence)
     return PredResult(bound=bound, ranks=behind, evidence=evidence)
+
+
+_READY_RANKS = re.compile(r"([\w./:-]+) \[ready ranks: (\d+(?:, ?\d+)*)\]")
+
+
+@predicate
+def horovod_disjoint_ready(ctx: PredContext) -> PredResult | None:
+    """Horovod's stall report (``Stalled ops: T [ready ranks: 0, 1], ...``, horovod/common/operations.cc before the
+    stall_inspector.cc of 0.16.1) lists two stalled tensors that no rank is ready for both of: the ranks wait in
+    different collectives (each side submitted one the other side never will), not for one slow rank that is
+    behind on all of them (it is in no ready list)."""
+    ready: dict[str, tuple[frozenset[int], Any]] = {}
+    for ev in ctx.events:
+        for name, ranks in _READY_RANKS.findall(ev.text or ""):
+            ready[name] = (frozenset(int(r) for r in ranks.split(",")), ev)
+    groups: dict[frozenset[int], tuple[str, Any]] = {}
+    for name, (ranks, ev) in ready.items():
+        groups.setdefault(ranks, (name, ev))
+    sets = sorted(groups, key=lambda s: (len(s), sorted(s)))
+    for i, a in enumerate(sets):
+        for b in sets[i + 1:]:
+            if a.isdisjoint(b):
+                (ta, ea), (tb, eb) = groups[a], groups[b]
+                return PredResult(bound={"tensor_a": ta, "ranks_a": _rank_list(tuple(sorted(a))),
+                                         "tensor_b": tb, "ranks_b": _rank_list(tuple(sorted(b)))},
+                                  ranks=tuple(sorted(a)), evidence=[ea] if ea is eb else sorted([ea, eb], key=lambda e: (e.path, e.line)))
+    return None

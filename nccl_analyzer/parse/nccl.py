@@ -70,8 +70,9 @@ _LEGACY_RE = re.compile(
     r"(?:(?P<file>[\w./-]+\.(?:cc|cu|h|hpp|cpp|c)):(?P<line>\d+) )?(?P<level>INFO|WARN) (?P<body>.*)$")
 # aws-ofi-nccl's test programs (tests/functional/*: nccl_message_transfer, ring, ...) pass their own logger to
 # the plugin, which prints "WARN: Function: <func> Line: <n>: <msg>" (and INFO/TRACE alike) with no NCCL prefix:
-# the same messages the plugin logs through NCCL as "... <func>:<n> NCCL WARN NET/OFI ...".
-_OFI_TEST_RE = re.compile(r"(?P<level>WARN|INFO|TRACE): Function: (?P<func>\w+) Line: (?P<line>\d+): (?P<body>.*)$")
+# the same messages the plugin logs through NCCL as "... <func>:<n> NCCL WARN NET/OFI ...". A multi-host launcher
+# may put the node's name before each line (pdsh, DeepSpeed's pdsh runner: "10.3.35.83: WARN: Function: ...").
+_OFI_TEST_RE = re.compile(r"(?:[\w.-]{1,64}: )?(?P<level>WARN|INFO|TRACE): Function: (?P<func>\w+) Line: (?P<line>\d+): (?P<body>.*)$")
 
 # WARN fmts with an embedded "\n": the text after it comes on unprefixed lines (2.19+ NVLS bind failure).
 _CONTINUED_WARNS = (("Failed to bind NVLink SHARP (NVLS) Multicast memory", 2),)
