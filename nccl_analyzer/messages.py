@@ -348,14 +348,40 @@ def warn_sources(msg: str) -> tuple[str, ...]:
     formats, by_key, short = _warn_sources()
     best = None
     files: set[str] = set()
+    needs = _NEEDS
     for i in by_key.get(msg[:_HEAD_KEY], short):
         fmt, fs, n, head = formats[i]
         if best is not None and n < best:
             break
-        if msg.startswith(head) and _compiled(fmt).fullmatch(msg):
+        if not msg.startswith(head):
+            continue
+        need = needs.get(fmt, _UNSET)
+        if need is _UNSET:
+            need = needs[fmt] = _format_need(_compiled(fmt))
+        if need is not None:
+            for x in need:  # (a loop: ~20 formats a message, each a few literals)
+                if x in msg:
+                    break
+            else:
+                continue  # a whole match would hold one of them: no need to run the pattern
+        if _compiled(fmt).fullmatch(msg):
             best = n
             files.update(fs)
     return tuple(sorted(files))
+
+
+#: Per format: the literals one of which any message of it holds (``engine.prefilter.required`` of its pattern),
+#: None when there is no useful set. Tested with ``in`` before the pattern (a fullmatch of a message a few hundred
+#: characters long: the ~20 formats with a short head are tried on every message, e.g. each rank's watchdog
+#: text in the fail-safe's ledger). Filled as formats are first tried (bounded by the catalogue's size).
+_NEEDS: dict[str, tuple[str, ...] | None] = {}
+_UNSET = object()
+
+
+def _format_need(rx: re.Pattern[str]) -> tuple[str, ...] | None:
+    from .engine.prefilter import required
+
+    return required(rx)
 
 
 @lru_cache(maxsize=8)
