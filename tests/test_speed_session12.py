@@ -66,3 +66,51 @@ def test_plain_failure_fields_are_kept_by_text_and_equal_a_fresh_parse() -> None
     # a line with numbers goes the shape cache's way, not this one
     grammar._failure_field("  exitcode  : -6 (pid: 4242)")
     assert "  exitcode  : -6 (pid: 4242)" not in grammar._FF_PLAIN
+
+
+def _match_text_every_regex(tables: messages.Tables, text: str):
+    """``Tables.match_text`` as defined: the keyword prefilter, then every entry's regex in order."""
+    if not any(k in text for k in tables.text_keywords):
+        return None
+    for e, rx in tables.text_regex:
+        m = rx.search(text)
+        if m:
+            return e, m
+    return None
+
+
+def _fixture_lines() -> list[str]:
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "fixtures"
+    out: list[str] = []
+    for d in ("cases", "hard", "h200-nccl-2.28.9", "public6", "healthy7", "cpu2"):
+        for p in sorted((root / d).rglob("*.log")) + sorted((root / d).rglob("*.txt")):
+            out.extend(p.read_text(encoding="utf-8", errors="replace").splitlines())
+    return out
+
+
+def test_match_text_skips_only_entries_that_cannot_match() -> None:
+    t = messages.load_tables()
+    lines = _fixture_lines()
+    assert len(lines) > 10000
+    found = 0
+    for s in lines:
+        got, want = t.match_text(s), _match_text_every_regex(t, s)
+        assert (got is None) == (want is None), s
+        if got is not None:
+            assert got[0] is want[0] and got[1].span() == want[1].span() and got[1].groupdict() == want[1].groupdict(), s
+            found += 1
+    assert found > 300  # many lines are some entry's: the comparison is not of empty results
+
+
+def test_match_text_frame_line_meets_few_regexes() -> None:
+    t = messages.load_tables()
+    frame = ("frame #0: c10::Error::Error(c10::SourceLocation, std::__cxx11::basic_string<char, std::char_traits<char>, "
+             "std::allocator<char> >) + 0x9d (0x7fde06f7305d in /opt/torch/.venv/lib/python3.12/site-packages/torch/"
+             "lib/libc10.so)")
+    assert any(k in frame for k in t.text_keywords)  # it passes the keyword prefilter
+    assert t.match_text(frame) is None and _match_text_every_regex(t, frame) is None
+    searched = [i for i, (_, rx) in enumerate(t.text_regex)
+                if t._text_need[i] is None or any(x in frame for x in t._text_need[i])]
+    assert len(searched) < len(t.text_regex) // 4
