@@ -114,3 +114,17 @@ def test_match_text_frame_line_meets_few_regexes() -> None:
     searched = [i for i, (_, rx) in enumerate(t.text_regex)
                 if t._text_need[i] is None or any(x in frame for x in t._text_need[i])]
     assert len(searched) < len(t.text_regex) // 4
+
+
+def test_stage_of_info_prefix_check_is_the_loop() -> None:
+    # ``stage_of`` tests all of INFO_STAGE's prefixes at once before its loop: every prefix still gives its stage
+    from nccl_analyzer import stage
+    from nccl_analyzer.model import Event
+
+    assert stage._INFO_PREFIXES == tuple(p for p, _, _ in stage.INFO_STAGE)
+    for prefix, st, tr in stage.INFO_STAGE:
+        ev = Event("nccl.info", "x.log", 1, "", fields={"msg": prefix + " 12 (x)"})
+        assert stage.stage_of(ev) == (st, tr), prefix
+    frag, st, tr = stage.INFO_FRAGMENT_STAGE[0]
+    assert stage.stage_of(Event("nccl.info", "x.log", 1, "", fields={"msg": "Using 4" + frag + "7"})) == (st, tr)
+    assert stage.stage_of(Event("nccl.info", "x.log", 1, "", fields={"msg": "cudaDriverVersion 12080"})) is None
