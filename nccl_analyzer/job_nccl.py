@@ -10,6 +10,12 @@ from .model import Event
 from .packed import pack
 
 
+# (compiled once: ``_on_network`` reads every untyped NCCL INFO line, 24 a rank)
+_OOB_USING = re.compile(r"(?:Bootstrap ?: Using|NET/Socket : Using|NET/IB : Using.*OOB)\s*(.*)")
+_IFACE_NAMES = re.compile(r"(?:\[\d+\])?([A-Za-z][\w.\-]*?):\d")
+_USING_NETWORK = re.compile(r"Using network (.*\S)")
+
+
 class NcclHandlers:
     """``JobBuilder``'s handlers of NCCL's own lines (each reads and writes the builder's tables)."""
 
@@ -186,14 +192,14 @@ class NcclHandlers:
         # A line the grammar cannot type (cut short, a network name with a space: "Using network AWS Libfabric")
         if ev.kind == "nccl.info":
             msg = str(ev.get("msg", ""))
-            m = re.match(r"(?:Bootstrap ?: Using|NET/Socket : Using|NET/IB : Using.*OOB)\s*(.*)", msg)
+            m = _OOB_USING.match(msg)
             if m:
-                names = re.findall(r"(?:\[\d+\])?([A-Za-z][\w.\-]*?):\d", m.group(1))
+                names = _IFACE_NAMES.findall(m.group(1))
                 if names:
                     self.ifaces.setdefault(ev.host or "?", set()).update(names[:16])
                 if msg.startswith("Bootstrap"):
                     self.job.network.setdefault("bootstrap", m.group(1).strip())
-            m = re.match(r"Using network (.*\S)", msg)  # the plugin's name, e.g. "AWS Libfabric" (aws-ofi-nccl)
+            m = _USING_NETWORK.match(msg)  # the plugin's name, e.g. "AWS Libfabric" (aws-ofi-nccl)
             if m:
                 self.job.network.setdefault("network", m.group(1))
 

@@ -186,6 +186,12 @@ ERROR_KINDS_PREFIX = ("nccl.warn.", "torch.watchdog", "torch.heartbeat", "torch.
 _TIMELINE_KINDS = ("nccl.init.start", "nccl.init.complete", "torch.elastic.", "torch.work.status")
 
 
+# time_key's formats (compiled once: it reads the time of every event the timelines and the culprit compare)
+_YMD_TIME = re.compile(r"(\d{4})-(\d\d)-(\d\d)[ T_](\d\d):(\d\d):(\d\d(?:\.\d+)?)")
+_MD_TIME = re.compile(r"(\d\d)-(\d\d)[ T_](\d\d):(\d\d):(\d\d(?:\.\d+)?)")
+_GLOG_TIME = re.compile(r"[IWEF]?(\d{1,2})(\d\d) (\d\d):(\d\d):(\d\d(?:\.\d+)?)")
+
+
 def time_key(value: str | None) -> float | None:
     """Seconds (comparable within one log) from the timestamps NCCL, glog, torchelastic and k8s write.
 
@@ -196,15 +202,15 @@ def time_key(value: str | None) -> float | None:
     if not value:
         return None
     v = value.strip().strip("[]").strip()
-    m = re.match(r"(\d{4})-(\d\d)-(\d\d)[ T_](\d\d):(\d\d):(\d\d(?:\.\d+)?)", v)
-    m2 = re.match(r"(\d\d)-(\d\d)[ T_](\d\d):(\d\d):(\d\d(?:\.\d+)?)", v) if not m else None
+    m = _YMD_TIME.match(v)
+    m2 = _MD_TIME.match(v) if not m else None
     if m:
         y, mo, d, hh, mi, ss = m.groups()
     elif m2:
         mo, d, hh, mi, ss = m2.groups()
         y = "2000"
     else:
-        m = re.match(r"[IWEF]?(\d{1,2})(\d\d) (\d\d):(\d\d):(\d\d(?:\.\d+)?)", v)
+        m = _GLOG_TIME.match(v)
         if not m:
             return None
         mo, d, hh, mi, ss = m.groups()

@@ -61,6 +61,9 @@ class _Entry:
         return Meaning(self.id, self.harmless, f"{self.table}:{self.name}", self.note, self.retry, self.teardown)
 
 
+_UNSET = object()  # (a cache's "not worked out yet")
+
+
 @dataclass(frozen=True, slots=True)
 class Tables:
     """The loaded tables (one per process; ``load_tables`` caches them)."""
@@ -79,6 +82,9 @@ class Tables:
     caught_exc_type: re.Pattern[str] | None = None
     # event kind -> the ``events`` entries whose kind globs accept it (filled by ``event``; the globs are fixed)
     _by_kind: dict[str, tuple[_Entry, ...]] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    # per entry of ``text_regex``: the literals one of which any match of its regex holds (``_need``; None: no
+    # useful set), worked out when ``match_text`` first tries it
+    _text_need: list[Any] = field(default_factory=list, compare=False, hash=False, repr=False)
     caught_uncaught: re.Pattern[str] | None = None  # a traceback's first raw line that only an uncaught one has
     # "file:function" of a traceback's outermost frame when the exception reached the top of a program, a thread or
     # a child process (any other outermost frame: the program's own handler printed it), and the ids such a
@@ -166,7 +172,23 @@ class Tables:
                 break
         else:
             return None
-        for e, rx in self.text_regex:
+        # A line with a keyword is tried against each entry's regex in order (126 of them): an entry whose regex's
+        # required literals (``engine.prefilter.required``) are none of them in the line cannot match it, so its
+        # search is skipped (the first entry that matches is the same). A C++ ``frame #0: c10::Error::Error(...)``
+        # line holds the keywords "#0" and "Error:" and met every regex: ~2.5 ms a line, once per failed rank.
+        needs = self._text_need
+        if not needs:
+            needs.extend([_UNSET] * len(self.text_regex))
+        for i, (e, rx) in enumerate(self.text_regex):
+            need = needs[i]
+            if need is _UNSET:
+                need = needs[i] = _need(rx)
+            if need is not None:
+                for x in need:
+                    if x in text:
+                        break
+                else:
+                    continue
             m = rx.search(text)
             if m:
                 return e, m
@@ -348,14 +370,40 @@ def warn_sources(msg: str) -> tuple[str, ...]:
     formats, by_key, short = _warn_sources()
     best = None
     files: set[str] = set()
+    needs = _NEEDS
     for i in by_key.get(msg[:_HEAD_KEY], short):
         fmt, fs, n, head = formats[i]
         if best is not None and n < best:
             break
-        if msg.startswith(head) and _compiled(fmt).fullmatch(msg):
+        if not msg.startswith(head):
+            continue
+        need = needs.get(fmt, _UNSET)
+        if need is _UNSET:
+            need = needs[fmt] = _need(_compiled(fmt))
+        if need is not None:
+            for x in need:  # (a loop: ~20 formats a message, each a few literals)
+                if x in msg:
+                    break
+            else:
+                continue  # a whole match would hold one of them: no need to run the pattern
+        if _compiled(fmt).fullmatch(msg):
             best = n
             files.update(fs)
     return tuple(sorted(files))
+
+
+#: Per format: the literals one of which any message of it holds (``engine.prefilter.required`` of its pattern),
+#: None when there is no useful set. Tested with ``in`` before the pattern (a fullmatch of a message a few hundred
+#: characters long: the ~20 formats with a short head are tried on every message, e.g. each rank's watchdog
+#: text in the fail-safe's ledger). Filled as formats are first tried (bounded by the catalogue's size).
+_NEEDS: dict[str, tuple[str, ...] | None] = {}
+
+
+def _need(rx: re.Pattern[str]) -> tuple[str, ...] | None:
+    """Literals one of which every match of ``rx`` contains (``engine.prefilter.required``), or None."""
+    from .engine.prefilter import required
+
+    return required(rx)
 
 
 @lru_cache(maxsize=8)

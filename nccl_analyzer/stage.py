@@ -76,6 +76,9 @@ INFO_FRAGMENT_STAGE: tuple[tuple[str, Stage, str | None], ...] = (
     # tree connections are set up, just before Init COMPLETE.
     (" threads, Min Comp Cap ", Stage.CONNECTED, None),
 )
+#: Every prefix of ``INFO_STAGE`` (one C ``startswith`` rejects the ~20 untyped INFO lines a rank prints that
+#: show no stage, before the loop that finds which one it is)
+_INFO_PREFIXES = tuple(p for p, _, _ in INFO_STAGE)
 _ALTERNATE = (Stage.CONNECT, Stage.CONNECTED)
 
 
@@ -103,9 +106,10 @@ def stage_of(ev: Event) -> tuple[Stage, str | None] | None:
     if st is None:
         if k == "nccl.info":
             msg = str(ev.fields.get("msg", ""))
-            for prefix, s, tr in INFO_STAGE:
-                if msg.startswith(prefix):
-                    return s, tr
+            if msg.startswith(_INFO_PREFIXES):
+                for prefix, s, tr in INFO_STAGE:
+                    if msg.startswith(prefix):
+                        return s, tr
             for frag, s, tr in INFO_FRAGMENT_STAGE:
                 if frag in msg:
                     return s, tr

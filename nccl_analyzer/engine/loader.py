@@ -93,10 +93,14 @@ class Rule:
         }
 
 
+_KEY_LINE = re.compile(r"\s*(?:\[\[?\s*([\w.]+)\s*\]\]?|([\w-]+)\s*=)")
+
+
 def _key_lines(text: str) -> dict[str, int]:
     out: dict[str, int] = {}
+    match = _KEY_LINE.match
     for i, line in enumerate(text.splitlines(), 1):
-        m = re.match(r"\s*(?:\[\[?\s*([\w.]+)\s*\]\]?|([\w-]+)\s*=)", line)
+        m = match(line)
         if m:
             out.setdefault(m.group(1) or m.group(2), i)
     return out
@@ -105,8 +109,9 @@ def _key_lines(text: str) -> dict[str, int]:
 def _nth_line(text: str, pattern: str, n: int) -> int:
     """Line of the n-th (0-based) match of a regex on lines; 1 if absent."""
     count = 0
+    match = re.compile(pattern).match  # (once: not the re module's cache lookup per line of every rule file)
     for i, line in enumerate(text.splitlines(), 1):
-        if re.match(pattern, line):
+        if match(line):
             if count == n:
                 return i
             count += 1

@@ -199,11 +199,26 @@ def _classify_shaped(body: str, parse: Any = None, shapes: dict[str, object] = _
 
 
 _FF_SHAPES: dict[str, object] = {}
+#: Failure-block lines with no number in them ("  error_file: <N/A>", printed once per failed rank), by their
+#: text: the shape cache keys shapes by their numbers, so without one every copy went to Lark. The result is
+#: shared (callers must not change ``fields``: ``block._child_entries`` copies them into its entry).
+_FF_PLAIN: dict[str, tuple[str, dict] | None] = {}
 
 
 def _failure_field(text: str) -> tuple[str, dict] | None:
     """One torchelastic failure-block line ("  exitcode  : -6 (pid: 4242)") through its own shape cache."""
-    return _classify_shaped(text, lambda t: _lark_parse(_lark_torch(), t, "failure_field"), _FF_SHAPES)
+    got = _FF_PLAIN.get(text, _FF_UNSET)
+    if got is not _FF_UNSET:
+        return got  # type: ignore[return-value]
+    got = _classify_shaped(text, lambda t: _lark_parse(_lark_torch(), t, "failure_field"), _FF_SHAPES)
+    if _nccl_shape._NUM_SPLIT_RE.search(text) is None:
+        if len(_FF_PLAIN) >= _CACHE_MAX:
+            _FF_PLAIN.clear()
+        _FF_PLAIN[text] = got
+    return got
+
+
+_FF_UNSET = object()
 
 
 def _classify_uncached(body: str, depth: int = 0) -> tuple[str, dict] | None:
