@@ -130,6 +130,8 @@ _SETUP = {
                          "commId 0x7e11c0d2a4b3f001 - Init START" for r in (0, 1)],
     "channel counts 2.19+": ["2 coll channels, 0 collnet channels, 0 nvls channels, 2 p2p channels, 2 p2p channels per peer"],
 }
+# lines printed after the connections, each rank's phase marker (2.9+): placed after the connection lines
+_AFTER = {"connected all rings 2.9+": ["Connected all rings"]}
 
 
 def _proc_lines(bodies: list[str]) -> list[str]:
@@ -141,6 +143,15 @@ def _proc_lines(bodies: list[str]) -> list[str]:
 def test_log_ending_while_connecting_after_its_setup_still_names_the_transport(want, setup):
     setup_lines = _SETUP[setup] if len(_SETUP[setup]) == 2 and setup.startswith("Init") else _SETUP[setup] * 2
     log = "\n".join(_proc_lines(setup_lines + _CONN[want])) + "\n"
+    d, root = _root(log)
+    assert root == want
+    assert d.root_cause.rule.endswith("-log-ends")
+
+
+@pytest.mark.parametrize("want", sorted(_CONN))
+def test_log_ending_after_connected_all_rings_still_names_the_transport(want):
+    # nccl#733's kept chunk: ring connections, one rank's "Connected all rings", then nothing (its trees never came)
+    log = "\n".join(_proc_lines(_CONN[want] + _AFTER["connected all rings 2.9+"])) + "\n"
     d, root = _root(log)
     assert root == want
     assert d.root_cause.rule.endswith("-log-ends")

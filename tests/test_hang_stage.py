@@ -128,7 +128,8 @@ def test_same_lines_without_the_job_ending(case, tmp_path):
     # NCCL prints the channels it computed (and rank 0 its version, every rank Init START) before connecting them: a
     # cut that kept connection lines only (opensora386's lines 1-12) is lines picked out of a log, not a console
     # that stopped (docs/classes-session12b.md, 3): no verdict from the log ending alone
-    setup = any(re.search(r"NCCL version|Init START|Channel \d+/\d+ :|Trees \[|coll channels", ln) for ln in cut)
+    setup = any(re.search(r"NCCL version|Init START|Channel \d+/\d+ :|Trees \[|coll channels|Connected all rings", ln)
+                for ln in cut)
     if connecting and not setup:
         assert d.root_cause is None
     elif connecting:
