@@ -7,6 +7,7 @@ that must stay quiet (the same lines without the job being ended, healthy logs).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -124,7 +125,14 @@ def test_same_lines_without_the_job_ending(case, tmp_path):
     # stuck while connecting: the last NCCL line is a connection (not a line NCCL prints once they are done)
     last_nccl = [ln for ln in cut if "NCCL INFO" in ln][-1]
     connecting = ended.rule in ("hang-p2p-ipc", "hang-shm", "hang-ib", "hang-net-socket") and " via " in last_nccl
-    if connecting:
+    # NCCL prints the channels it computed (and rank 0 its version, every rank Init START) before connecting them: a
+    # cut that kept connection lines only (opensora386's lines 1-12) is lines picked out of a log, not a console
+    # that stopped (docs/classes-session12b.md, 3): no verdict from the log ending alone
+    setup = any(re.search(r"NCCL version|Init START|Channel \d+/\d+ :|Trees \[|coll channels|Connected all rings", ln)
+                for ln in cut)
+    if connecting and not setup:
+        assert d.root_cause is None
+    elif connecting:
         rc = d.root_cause
         assert rc is not None and rc.rule == ended.rule + "-log-ends" and rc.id == label["root_cause"]
         assert rc.confidence < ended.confidence and "the log ends there" in rc.title

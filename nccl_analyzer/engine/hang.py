@@ -1,6 +1,7 @@
 """Predicates for hangs with no error line: where the ranks furthest behind stopped (stage.py) and who they are."""
 from __future__ import annotations
 
+import fnmatch
 import re
 from typing import Any
 
@@ -112,10 +113,15 @@ def stuck_stage(ctx: PredContext, **args: Any) -> PredResult | None:
     past, e.g. ``collective``: the whole job stopped there); ``quiet_after`` (the program printed nothing of its own
     after those ranks' stage lines: no training output); ``peers_connecting`` (with ``connect`` in ``stages``: ranks
     still in channel setup while every other rank is connecting count as connecting too, with the others'
-    transport). Fails when a rank ended by itself (exit code > 0 or a
+    transport); ``setup_kinds`` (event kind globs, one of which the input must hold: the channels NCCL computed
+    before connecting them, which every version prints at INFO; connection lines without them are lines picked
+    out of a log, not a console that stopped). Fails when a rank ended by itself (exit code > 0 or a
     crash signal) and no timeout fired: that rank's failure, not a hang, is the story.
     """
     b = ctx.builder
+    setup = args.get("setup_kinds")
+    if setup and not any(fnmatch.fnmatchcase(k, g) for g in setup for k in b.kinds):
+        return None
     stages = _job_stages(ctx)
     procs: dict[int, str] = {}
     if not stages and args.get("unranked") and not b.rank_stages:

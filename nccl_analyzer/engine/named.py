@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 from .predicate import PredContext, PredResult, _odd_ones, _rank_list, _who, predicate
+from ..model import Event
 from .virtual import field_value
 
 _NUMS = re.compile(r"(\d+)(?:\s*-\s*(\d+))?")
@@ -14,9 +15,17 @@ MAX_NAMED = 4096
 
 
 @predicate
-def ranks_in_text(ctx: PredContext, regex: str = "", **args: Any) -> PredResult | None:
+def ranks_in_text(ctx: PredContext, regex: str = "", one_rank: bool = False, min_reporters: int = 0,
+                  one_host: bool = False, **args: Any) -> PredResult | None:
     """The ranks that group 1 of ``regex`` names in the matched events' text ("3", "1, 3", "0-7, 9"): a message
-    that says who failed (gloo's monitoredBarrier, a launcher's "task 3 exited"). Fails when none names one."""
+    that says who failed (gloo's monitoredBarrier, a launcher's "task 3 exited"). Fails when none names one.
+    Options: ``one_rank`` (fails unless every message names the same single rank), ``min_reporters`` (fails
+    unless that many distinct processes, host and pid, printed the messages), ``one_host`` (fails unless the
+    input shows one host only: a message that names a node-local rank names the global one only there)."""
+    if one_host and len(ctx.builder.hosts) > 1:
+        return None
+    if min_reporters and len({(ev.host, ev.pid) for ev in ctx.events if ev.pid is not None}) < min_reporters:
+        return None
     rx = re.compile(regex)
     named: set[int] = set()
     evidence = []
@@ -34,7 +43,7 @@ def ranks_in_text(ctx: PredContext, regex: str = "", **args: Any) -> PredResult 
             if len(named) > MAX_NAMED:
                 return None
         evidence.append(ev)
-    if not named:
+    if not named or (one_rank and len(named) > 1):
         return None
     ranks = tuple(sorted(named))
     return PredResult(bound={"named_ranks": _rank_list(ranks), "named_who": _who(ranks)}, ranks=ranks,
@@ -170,3 +179,51 @@ def store_server_rank(ctx: PredContext, frames: str = "", host_rank: int = 0, **
     if {ctx.builder.rank_of(ev) for ev in ctx.events} - {None, host_rank}:
         return None
     return PredResult(bound={"server_who": f"rank {host_rank}, which starts the TCPStore server"}, ranks=(host_rank,))
+
+
+# ProcessGroupWrapper::runCollectiveChecks (TORCH_DISTRIBUTED_DEBUG=DETAIL) logs, before every checked collective,
+# `LOG(INFO) << "[Rank " << getRank() << "] Running collective: " << fingerprint`, then all-gathers the serialized
+# fingerprints over gloo and raises "Detected mismatch between collectives on ranks" when any rank's differs (op
+# type, tensor count, dtypes, device types, shapes; ops with uneven sizes pass no tensors and print none).
+_RUN_FP = re.compile(r"\[Rank (\d+)\] Running collective: CollectiveFingerPrint\(SequenceNumber=(\d+),? ?"
+                     r"OpType=(\w+)(?:, TensorShape=(\[[^\]]*\]), TensorDtypes=(\[[^\]]*\]|\w+))?")
+
+
+@predicate
+def running_fingerprints_differ(ctx: PredContext, **args: Any) -> PredResult | None:
+    """Ranks whose "[Rank N] Running collective: CollectiveFingerPrint(SequenceNumber=S, ...)" lines (the
+    wrapper's INFO line before its check) state different collectives (op type, tensor shape, dtypes) at one
+    sequence number: the wrapper's check then fails, whether or not the log kept its error. A stated rank that
+    logs two different fingerprints at one sequence number (two process groups in one log) makes that number
+    say nothing. Blames the odd one(s) out where a strict majority agrees, else every rank that differs is named.
+    Binds `odd_story`, `seq`."""
+    by_seq: dict[int, dict[int, tuple[str, ...]]] = {}
+    spoilt: set[int] = set()
+    evidence: dict[tuple[int, int], Event] = {}
+    for ev in ctx.events:
+        m = _RUN_FP.search(str(field_value(ev, "body") or ""))
+        if m is None:
+            continue
+        rank, seq = int(m.group(1)), int(m.group(2))
+        fp = (m.group(3), m.group(4) or "", re.sub(r"\s+", "", m.group(5) or ""))
+        seen = by_seq.setdefault(seq, {})
+        if seen.get(rank, fp) != fp:
+            spoilt.add(seq)
+        seen.setdefault(rank, fp)
+        evidence.setdefault((seq, rank), ev)
+    for seq in sorted(by_seq):
+        fps = by_seq[seq]
+        if seq in spoilt or len(fps) < 2 or len(set(fps.values())) < 2:
+            continue
+        groups, odd = _odd_ones(fps)
+        blamed = odd if odd is not None else tuple(sorted(fps))
+
+        def says(rs: list[int] | tuple[int, ...]) -> str:
+            op, shape, dtypes = fps[rs[0]]
+            return f"{_who(tuple(rs))} {op}{f' with shape {shape}' if shape else ''}{f' {dtypes}' if dtypes else ''}"
+
+        story = "; ".join(says(g) for g in groups)
+        return PredResult(bound={"odd_story": f"at sequence number {seq}: {story}", "seq": str(seq),
+                                 "odd_who": _who(blamed)},
+                          ranks=odd or (), evidence=[evidence[(seq, r)] for g in groups for r in g[:1]])
+    return None
