@@ -137,11 +137,91 @@ def test_faulthandler_dump_then_a_sigkill_is_not_the_watchdog():
     assert _root(_STEPS + _dump() + _failed(0, -9))[1] != "watchdog_timeout"
 
 
+# -- a send / recv order deadlock: every rank in recv (or every rank in send) ----------------------------------------
+_C10D = "/opt/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
+
+
+def _p2p_tb(rank: int, op: str = "recv", ms: int = 8000) -> str:
+    line = {"recv": ("2573", "pg.recv([tensor], group_src_rank, tag).wait()", "78"),
+            "send": ("2510", "default_pg.send([tensor], group_dst_rank, tag).wait()", "129")}[op]
+    return (f"[rank{rank}]: Traceback (most recent call last):\n"
+            f'[rank{rank}]:   File "/srv/job/train.py", line 40, in exchange\n[rank{rank}]:     dist.{op}(buf, {rank ^ 1})\n'
+            f'[rank{rank}]:   File "{_C10D}", line {line[0]}, in {op}\n[rank{rank}]:     {line[1]}\n'
+            f"[rank{rank}]: RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:{line[2]}] "
+            f"Timed out waiting {ms}ms for {op} operation to complete\n")
+
+
+@pytest.mark.parametrize("op,world", [("recv", 2), ("recv", 4), ("send", 2)])
+def test_every_rank_in_the_same_p2p_direction_is_a_deadlock(op, world):
+    d, rid = _root("".join(_p2p_tb(r, op, 8000 + 100 * r) for r in range(world)))
+    assert rid == "collective_mismatch"
+    assert d.root_cause.rule == "torch-p2p-order-deadlock"
+    assert list(d.root_cause.ranks) == list(range(world))
+
+
+def test_two_ranks_in_recv_while_a_third_is_reported_is_not_the_deadlock():
+    """Ranks 0 and 1 wait in recv, rank 2 (torchrun's report names it) never reached a p2p call: a rank that lags."""
+    entry = "  time      : 2026-12-03_09:00:09\n  host      : node3\n  rank      : {r} (local_rank: {r})\n" \
+            "  exitcode  : {c} (pid: 517{r})\n  error_file: <N/A>\n  traceback : -\n"
+    report = ("Traceback (most recent call last):\n  File \"/usr/bin/torchrun\", line 8, in <module>\n    sys.exit(main())\n"
+              "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n" + "=" * 60 + "\ntrain.py FAILED\n"
+              + "-" * 60 + "\nFailures:\n[1]:\n" + entry.format(r=2, c=-15) + "-" * 60
+              + "\nRoot Cause (first observed failure):\n[0]:\n" + entry.format(r=0, c=1) + "=" * 60 + "\n")
+    log = _p2p_tb(0) + _p2p_tb(1) + report
+    d, rid = _root(log)
+    assert d.root_cause is None or d.root_cause.rule != "torch-p2p-order-deadlock"
+
+
+def test_recv_and_send_is_the_different_collectives_rule():
+    d, rid = _root(_p2p_tb(0, "recv") + _p2p_tb(1, "send"))
+    assert rid == "collective_mismatch" and d.root_cause.rule == "torch-ranks-different-collectives"
+
+
+def test_both_in_recv_after_a_lost_peer_is_not_the_deadlock():
+    """Not timeouts: both ranks lost the connection in recv (a peer went away), so no deadlock is shown."""
+    log = "".join(_p2p_tb(r).replace("Timed out waiting 8000ms for recv operation to complete",
+                                     "Connection closed by peer [10.0.0.3]:41522") for r in range(2))
+    d, rid = _root(log)
+    assert d.root_cause is None or d.root_cause.rule != "torch-p2p-order-deadlock"
+
+
+# -- new_group's store wait timed out: the ranks' group creation differs -------------------------------------------
+def _group_tb(outer: str, rank: int = 1, err: str = "wait timeout after 15000ms, keys: /default_pg/0//3//cpu//0/0") -> str:
+    p = f"[rank{rank}]:"
+    frames = {"new_group": [("new_group", "5442"), ("_new_group_with_tag", "5533")],
+              "new_subgroups": [("new_subgroups", "5700"), ("new_group", "5442"), ("_new_group_with_tag", "5533")],
+              "init_process_group": [("init_process_group", "1838")]}[outer]
+    body = "".join(f'{p}   File "{_C10D}", line {ln}, in {fn}\n{p}     x()\n' for fn, ln in frames)
+    return (f"{p} Traceback (most recent call last):\n{p}   File \"/srv/job/train.py\", line 203, in main\n"
+            f"{p}     dist.{outer}()\n" + body
+            + f'{p}   File "{_C10D}", line 2087, in _new_process_group_helper\n{p}     backend_class = ProcessGroupGloo(\n'
+            f"{p} torch.distributed.DistStoreError: {err}\n")
+
+
+@pytest.mark.parametrize("outer,err", [
+    ("new_group", "wait timeout after 15000ms, keys: /default_pg/0//3//cpu//0/0"),
+    ("new_subgroups", "wait timeout after 1800000ms, keys: /default_pg/0//5//cuda//0/1"),
+    ("new_group", "Socket Timeout"),
+])
+def test_new_group_store_timeout_is_a_group_creation_mismatch(outer, err):
+    d, rid = _root(_STEPS + _group_tb(outer, 1, err) + _failed(1))
+    assert rid == "collective_mismatch"
+    assert list(d.root_cause.ranks) == [1]
+
+
+def test_init_process_group_store_timeout_stays_the_rendezvous():
+    """The twin: the same wait inside init_process_group is the job's rendezvous (rule torch-store-wait-timeout)."""
+    d, rid = _root(_group_tb("init_process_group", 1, "wait timeout after 30000ms, keys: /default_pg/0//cpu//0/1"))
+    assert rid == "rendezvous_unreachable"
+
+
 # -- the fixtures ----------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("case,want,ranks", [
     ("blind_cpu5/15_healthy_thread_exception", None, None),
     ("blind_h200l/l16_healthy_caught_bad_root", None, None),
     ("blind_cpu5/10_faulthandler_watchdog_rank2", "watchdog_timeout", [2]),
+    ("blind_cpu4/05_p2p_both_recv_first", "collective_mismatch", None),
+    ("blind_h200l/l12_extra_new_group_rank1", "collective_mismatch", [1]),
 ])
 def test_fixture(case, want, ranks):
     d = analyze([str(ROOT / "fixtures" / case / "log.txt")])
