@@ -215,6 +215,38 @@ def test_init_process_group_store_timeout_stays_the_rendezvous():
     assert rid == "rendezvous_unreachable"
 
 
+# -- an async collective's work.wait(timeout) ran out: "Operation timed out!" (c10d Work::wait) ----------------------
+def _wait_tb(rank: int = 0, exc: str = "RuntimeError", prefix: bool = True) -> str:
+    p = f"[rank{rank}]: " if prefix else ""
+    return (f"{p}Traceback (most recent call last):\n{p}  File \"/srv/job/train.py\", line 191, in main\n"
+            f"{p}    work.wait(timeout=datetime.timedelta(seconds=5))\n{p}{exc}: Operation timed out!\n")
+
+
+def _report(entries: list[tuple[int, int]]) -> str:
+    entry = "  time      : 2026-12-03_09:00:09\n  host      : node3\n  rank      : {r} (local_rank: {r})\n" \
+            "  exitcode  : {c} (pid: 517{r})\n  error_file: <N/A>\n  traceback : -\n"
+    (r0, c0), rest = entries[0], entries[1:]
+    fails = "".join(f"[{i + 1}]:\n" + entry.format(r=r, c=c) for i, (r, c) in enumerate(rest)) or "  <NO_OTHER_FAILURES>\n"
+    return ("Traceback (most recent call last):\n  File \"/usr/bin/torchrun\", line 8, in <module>\n    sys.exit(main())\n"
+            "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n" + "=" * 60 + "\ntrain.py FAILED\n"
+            + "-" * 60 + "\nFailures:\n" + fails + "-" * 60
+            + "\nRoot Cause (first observed failure):\n[0]:\n" + entry.format(r=r0, c=c0) + "=" * 60 + "\n")
+
+
+@pytest.mark.parametrize("exc", ["RuntimeError", "torch.distributed.DistBackendError"])
+def test_work_wait_timeout_blames_the_rank_that_did_not_time_out(exc):
+    log = _STEPS + "[rank1]: writing eval predictions to disk\n" + _wait_tb(0, exc) + _report([(0, 1), (1, -15)])
+    d, rid = _root(log)
+    assert rid == "watchdog_timeout" and d.root_cause.rule == "torch-work-wait-timeout"
+    assert list(d.root_cause.ranks) == [1]
+
+
+def test_operation_timed_out_with_more_text_is_not_the_work_wait():
+    log = _wait_tb(0, prefix=False).replace("Operation timed out!", "Operation timed out! (fetching https://x/shard)")
+    d, rid = _root(log + _failed(0))
+    assert d.root_cause is None or d.root_cause.rule != "torch-work-wait-timeout"
+
+
 # -- the fixtures ----------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("case,want,ranks", [
     ("blind_cpu5/15_healthy_thread_exception", None, None),
