@@ -271,6 +271,13 @@ class ErrorLedger:
                     for e in errs[bisect.bisect_left(starts, p.line):bisect.bisect_right(starts, p.end)]:
                         if e.parent is None and e.kind not in _PY:
                             e.parent = p
+                    # torch's NCCL error quotes ncclGetLastError(), the text of the WARN NCCL printed just before it
+                    # ("Last error:\n<WARN>"): that WARN is this exception's own failure (caught with it, or not)
+                    for w in reversed(errs[max(0, bisect.bisect_left(starts, p.line) - 8):bisect.bisect_left(starts, p.line)]):
+                        if w.kind.startswith("nccl.warn") and w.parent is None and len(w.body) > 8 \
+                                and f"Last error:\n{w.body}" in p.body:
+                            w.parent = p
+                            break
             # a line of no known rank: where the input holds the progress of ONE process only (a per-rank log, one
             # worker's output), that process getting further shows the rendezvous it was retrying succeeded
             one = len(self.progress_procs.get(path, ())) == 1

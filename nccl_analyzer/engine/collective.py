@@ -69,6 +69,25 @@ def ranks_in_different_collectives(ctx: PredContext) -> PredResult | None:
     return _blame_first(ctx, bound, blamed or tuple(sorted(ops)))
 
 
+@predicate
+def ranks_all_in_one_p2p_direction(ctx: PredContext) -> PredResult | None:
+    """Every rank of the job (0 .. world size - 1, at least 2) stopped in the same point-to-point direction, all in
+    recv or all in send (their tracebacks): a send / recv order deadlock, each rank waiting for a peer that is itself
+    waiting; each of them must have a matched event (the rule's timeout lines). Blames every rank (the program's
+    p2p order, not one rank)."""
+    b = ctx.builder
+    ops = {r: _norm_op(o) for r, o in b.tb_collectives.items()}
+    world = b.job.world_size or 0
+    if world < 2 or set(ops) != set(range(world)) or len(set(ops.values())) != 1 \
+            or not set(ops) <= {b.rank_of(e) for e in ctx.events}:  # each rank's own matched (timeout) line
+        return None
+    op = next(iter(ops.values()))
+    if op not in ("recv", "send", "irecv", "isend"):
+        return None
+    return PredResult(bound={"p2p_op": op.lstrip("i"), "p2p_who": _who(tuple(sorted(ops)))}, ranks=tuple(sorted(ops)),
+                      evidence=list(ctx.events)[:4])
+
+
 def _blame_first(ctx: PredContext, bound: dict[str, Any], blamed: tuple[int, ...]) -> PredResult:
     """The predicate's result naming ``blamed``, with their events first in the evidence."""
     b = ctx.builder
