@@ -8,6 +8,7 @@ from .job_nccl import NcclHandlers
 from .job_procs import ErrorOrder, ProcTable
 from .job_procs import Proc as _Proc
 from .lineref import LineEvidence, LineRefs
+from .messages import Tables, load_tables
 from .job_torch import TorchHandlers
 from .job_values import (_PID_CAP, _TIMELINE_KINDS, COLLECTIVE_FUNCS, ERROR_KINDS_PREFIX,  # noqa: F401
                          MAX_WORLD, TIMELINE_CAP, RecordTable, Timelines, _error_evidence, one_or_more, _shared, _shared_time, time_key,
@@ -29,7 +30,11 @@ class JobBuilder(NcclHandlers, TorchHandlers):
     capped timeline, each pid a handful of values.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, tables: Tables | None = None) -> None:
+        """``tables``: the message tables of the analysis (``analysis.Analyzer`` passes its own; default the built-in
+        ones): which kinds are the agent's per-worker failure lines (``Tables.worker_failed``)."""
+        self.tables = tables or load_tables()
+        self._worker_failed = self.tables.worker_failed
         self.job = JobModel()
         self.events = 0
         self._transport_seen: set[int] = set()
@@ -212,9 +217,9 @@ class JobBuilder(NcclHandlers, TorchHandlers):
                 self._elastic_pids.add(ev.pid)
                 if k == "torch.elastic.sigterm":
                     self.sigterm_pids.add(ev.pid)
-            if k == "torch.elastic.worker_failed" and len(self.agent_failed) < 64:
-                # torchrun's "failed (exitcode: N) local_rank: K" (diagnose's culprit fallback)
-                self.agent_failed.append(ev)
+        if k in self._worker_failed and len(self.agent_failed) < 64:
+            # torchrun's "failed (exitcode: N) local_rank: K" (diagnose's culprit fallback)
+            self.agent_failed.append(ev)
         self.agents.add(ev)
         if error:
             self._first_error(ev)

@@ -100,6 +100,8 @@ class Tables:
     # the lines of output a recovered attempt needs after it (restarts.py)
     restarted: tuple[frozenset[str], frozenset[str], frozenset[str], int, frozenset[str]] = (
         frozenset(), frozenset(), frozenset(), 3, frozenset())
+    # events.toml [restarted] worker: the kinds of the agent's per-worker failure line (job.py keeps them for diagnose)
+    worker_failed: frozenset[str] = frozenset()
 
     # -- lookups ---------------------------------------------------------------------------------------------
     def nccl_warn(self, file: str | None, msg: str) -> Meaning | None:
@@ -312,7 +314,8 @@ def build_tables(files: Iterable[Path]) -> Tables:
                   caught_quoted_with=tuple(caught.get("quoted_with", ())),
                   restarted=(frozenset(restarted.get("failed", ())), frozenset(restarted.get("succeeded", ())),
                              frozenset(restarted.get("final", ())), int(restarted.get("min_lines_after", 3)),
-                             frozenset(restarted.get("restart", ()))))
+                             frozenset(restarted.get("restart", ()))),
+                  worker_failed=frozenset(restarted.get("worker", ())))
 
 
 #: A format's head: its own text up to its first blank (the pattern lets blanks vary), conversion or brace. A message

@@ -42,3 +42,71 @@ def test_mismatch_messages_read_a_tensorless_fingerprint_too():
     d = analyze_text("\n".join(lines) + "\n")
     assert d.root_cause is not None and d.root_cause.id == "collective_mismatch"
     assert tuple(d.root_cause.ranks) == (2,)
+
+
+# -- 3. the restart and worker-failure kinds come from the tables the analysis was given -------------------------
+_AGENT = "torch/distributed/elastic/agent/server/api.py"
+_MP = "torch/distributed/elastic/multiprocessing/api.py"
+
+
+def _failed(pid: int, local_rank: int) -> str:
+    return (f"E1203 09:00:0{local_rank}.100000 4100 {_MP}:1002] failed (exitcode: 1) local_rank: {local_rank} "
+            f"(pid: {pid}) of binary: /usr/bin/python3\n")
+
+
+_RESTARTED = (
+    "Traceback (most recent call last):\n"
+    '  File "/srv/job/train.py", line 77, in <module>\n'
+    "    main()\n"
+    "RuntimeError: dataset index is locked by another process; try again\n"
+    + _failed(5101, 1)
+    + f"I1203 09:00:01.200000 4100 {_AGENT}:942] [default] Worker group FAILED. 1/1 attempts left; will restart "
+      "worker group\n"
+    + _failed(5170, 0)
+    + "Traceback (most recent call last):\n"
+    '  File "/usr/bin/torchrun", line 8, in <module>\n'
+    "    sys.exit(main())\n"
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+    "============================================================\n"
+    "train.py FAILED\n"
+    "------------------------------------------------------------\n"
+    "Failures:\n"
+    "  <NO_OTHER_FAILURES>\n"
+    "------------------------------------------------------------\n"
+    "Root Cause (first observed failure):\n"
+    "[0]:\n"
+    "  time      : 2026-12-03_09:00:09\n"
+    "  host      : node3\n"
+    "  rank      : 0 (local_rank: 0)\n"
+    "  exitcode  : 1 (pid: 5170)\n"
+    "  error_file: <N/A>\n"
+    "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html\n"
+    "============================================================\n")
+
+
+def _analyze(log: str, tables=None):
+    from nccl_analyzer.analysis import Analyzer, lines_of_text
+
+    a = Analyzer(tables=tables)
+    for line in lines_of_text(log, "-"):
+        a.feed(line)
+    return a.finish()
+
+
+def test_restart_kinds_are_the_tables_of_the_analysis():
+    import dataclasses
+
+    from nccl_analyzer.messages import load_tables
+
+    t = load_tables()
+    assert t.worker_failed == frozenset({"torch.elastic.worker_failed"})  # events.toml [restarted] worker
+    # the built-in tables: the unranked cause is attempt 0's, whose worker the agent reported next (local rank 1)
+    d = _analyze(_RESTARTED, t)
+    assert d.root_cause.id == "app_exception" and d.root_cause.ranks == (1,)
+    assert d == _analyze(_RESTARTED)  # (the default is the built-in tables)
+    # tables whose restart line is another kind: no restart shows, the final report's rank stands
+    other = dataclasses.replace(t, restarted=t.restarted[:4] + (frozenset({"x.restart"}),))
+    assert _analyze(_RESTARTED, other).root_cause.ranks == (0,)
+    # tables with no per-worker failure kind: the job model keeps no agent line, the report's rank stands
+    none = dataclasses.replace(t, worker_failed=frozenset())
+    assert _analyze(_RESTARTED, none).root_cause.ranks == (0,)
