@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .agents import ElasticAgents
+from .agents import SIGTERM, ElasticAgents
 from .job_nccl import NcclHandlers
 from .job_procs import ErrorOrder, ProcTable
 from .job_procs import Proc as _Proc
@@ -46,7 +46,7 @@ class JobBuilder(NcclHandlers, TorchHandlers):
         self.procs = ProcTable()
         self._elastic_top = -1  # the highest rank torchrun reported
         self._elastic_pids: set[int] = set()  # worker pids torchrun names (teardown, failures, its report)
-        self.agents = ElasticAgents()  # torchrun agents and their workers (a local rank's global rank: agents.py)
+        self.agents = ElasticAgents(self._worker_failed)  # torchrun agents and their workers (a local rank's global rank: agents.py)
         self._built = False  # build() ran: the whole input is in, so agents.py may judge "one node"
         self._stated: set[int] = set()  # ranks some event states itself (not inferred from a local rank / spawn index)
         self.sigterm_pids: set[int] = set()  # worker pids torchrun says it sent SIGTERM ("Sending process N closing ...")
@@ -215,7 +215,7 @@ class JobBuilder(NcclHandlers, TorchHandlers):
         if elastic:
             if ev.pid is not None and len(self._elastic_pids) < _PID_CAP:
                 self._elastic_pids.add(ev.pid)
-                if k == "torch.elastic.sigterm":
+                if k == SIGTERM:
                     self.sigterm_pids.add(ev.pid)
         if k in self._worker_failed and len(self.agent_failed) < 64:
             # torchrun's "failed (exitcode: N) local_rank: K" (diagnose's culprit fallback)

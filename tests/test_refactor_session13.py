@@ -110,3 +110,17 @@ def test_restart_kinds_are_the_tables_of_the_analysis():
     # tables with no per-worker failure kind: the job model keeps no agent line, the report's rank stands
     none = dataclasses.replace(t, worker_failed=frozenset())
     assert _analyze(_RESTARTED, none).root_cause.ranks == (0,)
+
+
+def test_the_agents_read_the_worker_failure_kinds_of_the_tables():
+    import dataclasses
+
+    from nccl_analyzer.job import JobBuilder
+    from nccl_analyzer.messages import load_tables
+
+    t = load_tables()
+    assert JobBuilder(t).agents.failed == t.worker_failed
+    other = dataclasses.replace(t, worker_failed=frozenset({"x.worker_failed"}))
+    b = JobBuilder(other)
+    assert b.agents.failed == {"x.worker_failed"} and "torch.elastic.worker_failed" not in b.agents.kinds
+
