@@ -83,8 +83,8 @@ class ErrorLedger:
         self.cap = cap
         self.errors: list[_Err] = []
         self.seen = 0
-        # (path, rank) -> last line of a progress event of that rank; (path, None) -> of a process group created
-        # (torch.pg.init, the same process's next step after connecting to the store)
+        # (path, rank) -> last line of a progress event of that rank; (path, None) -> of an event of a kind that
+        # settles lines of no known rank (events.toml [progress] unranked: a process group created)
         self.progress: dict[tuple[str, Any], int] = {}
         # path -> the processes (host, pid) whose progress events it holds (at most 2 kept: "one" or "several")
         self.progress_procs: dict[str, set[tuple[str | None, int | None]]] = {}
@@ -122,7 +122,7 @@ class ErrorLedger:
             keys = [(ev.path, ev.rank)] if ev.rank is not None else []
             if ev.pid is not None:  # the same process (NCCL's INFO lines name no rank: host:pid does)
                 keys.append((ev.path, ("pid", ev.host, ev.pid)))
-            if kind == "torch.pg.init":
+            if kind in self.t.progress_unranked:
                 keys.append((ev.path, None))
             for k in keys:
                 if ev.line > self.progress.get(k, 0):

@@ -102,6 +102,8 @@ class Tables:
         frozenset(), frozenset(), frozenset(), 3, frozenset())
     # events.toml [restarted] worker: the kinds of the agent's per-worker failure line (job.py keeps them for diagnose)
     worker_failed: frozenset[str] = frozenset()
+    # events.toml [progress] unranked: progress kinds that settle a retried line of no known rank (ledger.py)
+    progress_unranked: frozenset[str] = frozenset()
 
     # -- lookups ---------------------------------------------------------------------------------------------
     def nccl_warn(self, file: str | None, msg: str) -> Meaning | None:
@@ -277,6 +279,7 @@ def build_tables(files: Iterable[Path]) -> Tables:
     formats: list[_Entry] = []
     keywords: list[str] = []
     progress: set[str] = set()
+    unranked: set[str] = set()
     caught: dict[str, Any] = {}
     restarted: dict[str, Any] = {}
     seen: set[str] = set()
@@ -296,6 +299,7 @@ def build_tables(files: Iterable[Path]) -> Tables:
             raise RuleError(f"{f}: keywords must be a list of non-empty strings")
         keywords.extend(kws)
         progress |= set((data.get("progress") or {}).get("kinds", ()))
+        unranked |= set((data.get("progress") or {}).get("unranked", ()))
         caught.update(data.get("caught") or {})
         restarted.update(data.get("restarted") or {})
     kw = tuple(dict.fromkeys(keywords))
@@ -315,7 +319,7 @@ def build_tables(files: Iterable[Path]) -> Tables:
                   restarted=(frozenset(restarted.get("failed", ())), frozenset(restarted.get("succeeded", ())),
                              frozenset(restarted.get("final", ())), int(restarted.get("min_lines_after", 3)),
                              frozenset(restarted.get("restart", ()))),
-                  worker_failed=frozenset(restarted.get("worker", ())))
+                  worker_failed=frozenset(restarted.get("worker", ())), progress_unranked=frozenset(unranked))
 
 
 #: A format's head: its own text up to its first blank (the pattern lets blanks vary), conversion or brace. A message

@@ -124,3 +124,28 @@ def test_the_agents_read_the_worker_failure_kinds_of_the_tables():
     b = JobBuilder(other)
     assert b.agents.failed == {"x.worker_failed"} and "torch.elastic.worker_failed" not in b.agents.kinds
 
+
+def test_a_process_group_created_settles_a_store_retry_of_no_rank_by_the_tables():
+    # events.toml [progress] unranked: init_process_group creating its group is the step after its store connection
+    # succeeded, so an unranked connect retry before it (an input of several processes) is no failure
+    import dataclasses
+
+    from nccl_analyzer.messages import load_tables
+
+    log = ("[W502 09:20:01.118220412 socket.cpp:755] [c10d] The client socket has failed to connect to "
+           "[node0.cluster]:29500 (errno: 111 - Connection refused).\n"
+           "[I502 09:20:08.302533395 ProcessGroupNCCL.cpp:988] [PG ID 0 PG GUID 0(default_pg) Rank 1] "
+           "ProcessGroupNCCL initialization options: size: 2, global rank: 1, TIMEOUT(ms): 600000, "
+           "USE_HIGH_PRIORITY_STREAM: 0, SPLIT_FROM: 0, SPLIT_COLOR: -2, PG Name: 0\n"
+           "node1:5120:5177 [0] NCCL INFO ncclCommInitRank comm 0x55aa10c0 rank 1 nranks 2 cudaDev 0 nvmlDev 0 "
+           "busId 7000 commId 0x51f0aa0e3c7d1b20 - Init COMPLETE\n"
+           "node0:5110:5170 [0] NCCL INFO ncclCommInitRank comm 0x55aa10c0 rank 0 nranks 2 cudaDev 0 nvmlDev 0 "
+           "busId 7000 commId 0x51f0aa0e3c7d1b20 - Init COMPLETE\n"
+           "step 100 loss 3.112\nstep 200 loss 2.871\ntraining finished\n")
+    t = load_tables()
+    assert t.progress_unranked == frozenset({"torch.pg.init"})
+    d = _analyze(log, t)
+    assert d.root_cause is None
+    assert [(x.evidence[0].line, x.reason.startswith("a retry that later succeeded")) for x in d.dismissed] == [(1, True)]
+    d = _analyze(log, dataclasses.replace(t, progress_unranked=frozenset()))
+    assert d.root_cause.id == "rendezvous_unreachable" and d.root_cause.evidence[0].line == 1
