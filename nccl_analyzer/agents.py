@@ -20,15 +20,20 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: Worker pids / agents kept (a log of a huge job only needs to show there is more than one agent).
 _CAP = 4096
-KINDS = ("torch.elastic.worker_failed", "torch.elastic.sigterm")
+#: The agent's "Sending process P closing signal SIGTERM" line (the failed workers' kinds come from the message
+#: tables: ``Tables.worker_failed``, messages/events.toml ``[restarted] worker``).
+SIGTERM = "torch.elastic.sigterm"
 
 
 class ElasticAgents:
     """What torchrun's agents logged about their workers: which agents, which worker pids, which local ranks."""
 
-    __slots__ = ("agents", "workers", "local_ranks", "hosts", "top")
+    __slots__ = ("agents", "workers", "local_ranks", "hosts", "top", "failed", "kinds")
 
-    def __init__(self) -> None:
+    def __init__(self, worker_failed: frozenset[str] = frozenset()) -> None:
+        """``worker_failed``: the kinds of the agent's per-worker failure line (``Tables.worker_failed``)."""
+        self.failed = frozenset(worker_failed)
+        self.kinds = self.failed | {SIGTERM}  # the agent's lines about its workers
         self.agents: set[tuple[str | None, int]] = set()  # (host, agent pid) of agents that printed their pid
         self.workers: set[int] = set()  # worker pids the agents named (teardown and failures)
         self.local_ranks: set[int] = set()  # local ranks of failed workers and of workers' tagged output
@@ -37,7 +42,7 @@ class ElasticAgents:
 
     def add(self, ev: Event) -> None:
         """Fold in one event the job builder reads (any kind: ranks and local ranks of all of them count)."""
-        if ev.kind not in KINDS:
+        if ev.kind not in self.kinds:
             if ev.rank is not None and ev.rank > self.top:
                 self.top = ev.rank
             lr = ev.fields.get("local_rank")
@@ -52,7 +57,7 @@ class ElasticAgents:
         if ev.pid is not None and len(self.workers) < _CAP:
             self.workers.add(int(ev.pid))
         lr = ev.fields.get("local_rank")
-        if lr is not None and ev.kind == "torch.elastic.worker_failed" and len(self.local_ranks) < _CAP:
+        if lr is not None and ev.kind in self.failed and len(self.local_ranks) < _CAP:
             self.local_ranks.add(int(lr))
 
     def one_node(self, builder: "JobBuilder") -> bool:
@@ -75,7 +80,7 @@ class ElasticAgents:
         """The global rank of the worker an event names only by its local rank (torchrun's ``failed ... local_rank:
         K``, DeepSpeed's ``--local_rank=K``, a worker's own line under torchrun's ``[defaultK]:`` tag), where the
         input shows one node."""
-        if ev.kind == "torch.elastic.sigterm":
+        if ev.kind == SIGTERM:
             return None
         lr = ev.fields.get("local_rank")
         if lr is None or not self.one_node(builder):

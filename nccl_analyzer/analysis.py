@@ -11,6 +11,7 @@ from .engine.loader import Rule, load_rules
 from .engine.run import Hit, Matcher, make_fix, render_template
 from .job import JobBuilder, time_key
 from .jobs import JobSplitCheck
+from .messages import Tables, load_tables
 from .model import Diagnosis, Event, InputInfo, Line, RootCause
 from .packed import unpack
 from .errors import InputError
@@ -33,12 +34,15 @@ class Analyzer:
         rules: use exactly these rules instead of loading any.
         env_rules: an ``os.pathsep`` list of further rule folders (the CLI passes NCCL_ANALYZER_RULES).
         keep_text: have the parsers return ``text`` events too (for events export).
+        tables: the message tables (``messages.load_tables(dirs)`` with a user's extra table folders; default the
+            built-in ones), given to the job model, the fail-safe and ``diagnose``.
     """
 
     def __init__(self, rules_dirs: Iterable[str] = (), rules: list[Rule] | None = None, env_rules: str | None = None,
-                 keep_text: bool = False):
+                 keep_text: bool = False, tables: Tables | None = None):
         self.rules = list(rules) if rules is not None else load_rules(tuple(rules_dirs), env_dirs=env_rules)
-        self.builder = JobBuilder()
+        self.tables = tables or load_tables()
+        self.builder = JobBuilder(self.tables)
         self.matcher = Matcher(self.rules)
         self._streams: dict[str, Any] = {}
         self._sources: list[Source] = []
@@ -48,7 +52,7 @@ class Analyzer:
         self._prov: RootCause | None = None
         self._prov_dirty = True
         self._finished: Diagnosis | None = None
-        self.ledger = failsafe.ErrorLedger()  # every error-level line, accounted for in finish()
+        self.ledger = failsafe.ErrorLedger(self.tables)  # every error-level line, accounted for in finish()
         self._extra = {"text": 0, "compacted": 0, "parser_errors": 0}  # counts from worker processes (run_parallel)
         self._parallel = False
         self._jobs = JobSplitCheck()  # inputs that look like separate jobs -> a warning
@@ -274,7 +278,7 @@ class Analyzer:
         job = self.builder.build()
         self.ledger.settle(self._lines)  # caught exceptions and retries that later succeeded are no failure
         hits = self.matcher.hits(self.builder, skip=self.ledger.skip())
-        verdict = diagnose(hits, self.builder)
+        verdict = diagnose(hits, self.builder, self.tables)
         root, dismissed, error_lines = failsafe.account(self.ledger, verdict)
         inputs, warnings = self._inputs()
         warnings.extend(self._jobs.warnings())

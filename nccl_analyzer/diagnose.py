@@ -11,6 +11,7 @@ from .ranks import rank_ranges
 
 if TYPE_CHECKING:  # pragma: no cover
     from .job import JobBuilder
+    from .messages import Tables
 
 _ROLE_ORDER = {"root": 0, "symptom": 1, "cascade": 2}
 #: Two root candidates closer than this in rule confidence are told apart by which came first in time.
@@ -95,20 +96,22 @@ def _first_failed(builder: "JobBuilder", evidence: tuple[Evidence, ...] = ()) ->
     return own if len(own) == 1 else set()
 
 
-def _attempt_failed(builder: "JobBuilder", evidence: tuple[Evidence, ...]) -> set[int] | None:
+def _attempt_failed(builder: "JobBuilder", evidence: tuple[Evidence, ...],
+                    restart: frozenset[str] = frozenset()) -> set[int] | None:
     """Where torchelastic restarted the workers (an agent printed more than one "failed (exitcode: N) local_rank: K"
     line, one per failed attempt, and its "will restart worker group" line, agent/server/api.py), the failure report at the end (its "first observed failure")
     describes the LAST attempt only. The worker of the cause's attempt is the one the agent reported failed first
     after the cause's first line, in the same input: {its rank}, or set() when it ended by a signal sent from outside;
-    None when no agent restarted (the report stands) or no such line follows."""
+    None when no agent restarted (the report stands) or no such line follows. ``restart``: the kinds of the agent's
+    restart line (messages/events.toml ``[restarted] restart``)."""
     seen: dict[tuple[Any, Any, Any], int] = {}
     for ev in getattr(builder, "agent_failed", ()):
         k = (ev.path, ev.host, ev.fields.get("agent_pid"))
         seen[k] = seen.get(k, 0) + 1
     # two such lines alone may be two workers of one attempt (older torch logs each): the agent's restart line
-    # ("will restart worker group", torch.elastic.restart) must be in the input too
-    if not evidence or not any(n > 1 for n in seen.values()) \
-            or not getattr(builder, "kinds", {}).get("torch.elastic.restart"):
+    # ("will restart worker group") must be in the input too
+    kinds = getattr(builder, "kinds", {})
+    if not evidence or not any(n > 1 for n in seen.values()) or not any(kinds.get(k) for k in restart):
         return None
     first = min(evidence, key=lambda e: e.line)
     after = [ev for ev in builder.agent_failed if ev.path == first.path and ev.line > first.line]
@@ -165,17 +168,19 @@ def _merge_evidence(first: tuple[Evidence, ...], more: list[Hit]) -> tuple[Evide
     return tuple(out)
 
 
-def diagnose(hits: list[Hit], builder: "JobBuilder") -> Verdict:
+def diagnose(hits: list[Hit], builder: "JobBuilder", tables: "Tables | None" = None) -> Verdict:
     """Choose the root cause, label every other hit symptom/cascade, fill ``RankInfo.role``.
 
     Args:
         hits: every rule hit (``Matcher.hits``).
         builder: the job model builder the hits were evaluated against (``build()`` already called).
+        tables: the message tables of the analysis (default: the ones the builder was made with).
 
     Returns:
         A ``Verdict``; ``root`` is None when no root-capable rule matched (a healthy log).
     """
     job = builder.job
+    restart = (tables or builder.tables).restarted[4]
     best, competitors = pick_root(hits, builder)
     if best is None:
         findings = _findings(hits, None, builder)
@@ -195,7 +200,7 @@ def diagnose(hits: list[Hit], builder: "JobBuilder") -> Verdict:
             # it) names victims too: only another rank can be the peer that went away
             ranks -= set(best.event_ranks)
     if not ranks and not best.victims_only:
-        ranks = _attempt_failed(builder, best.evidence) or set()  # a restarted job: the cause's attempt's worker
+        ranks = _attempt_failed(builder, best.evidence, restart) or set()  # a restarted job: the cause's attempt's worker
     if not ranks and best.victims_only:
         pass  # the only ranks in view reported losing a peer: they are not the cause, and the peer is unknown
     elif not ranks and len(job.ranks) == 1:

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from .agents import ElasticAgents
+from .agents import SIGTERM, ElasticAgents
 from .job_nccl import NcclHandlers
 from .job_procs import ErrorOrder, ProcTable
 from .job_procs import Proc as _Proc
 from .lineref import LineEvidence, LineRefs
+from .messages import Tables, load_tables
 from .job_torch import TorchHandlers
 from .job_values import (_PID_CAP, _TIMELINE_KINDS, COLLECTIVE_FUNCS, ERROR_KINDS_PREFIX,  # noqa: F401
                          MAX_WORLD, TIMELINE_CAP, RecordTable, Timelines, _error_evidence, one_or_more, _shared, _shared_time, time_key,
@@ -29,7 +30,11 @@ class JobBuilder(NcclHandlers, TorchHandlers):
     capped timeline, each pid a handful of values.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, tables: Tables | None = None) -> None:
+        """``tables``: the message tables of the analysis (``analysis.Analyzer`` passes its own; default the built-in
+        ones): which kinds are the agent's per-worker failure lines (``Tables.worker_failed``)."""
+        self.tables = tables or load_tables()
+        self._worker_failed = self.tables.worker_failed
         self.job = JobModel()
         self.events = 0
         self._transport_seen: set[int] = set()
@@ -41,7 +46,7 @@ class JobBuilder(NcclHandlers, TorchHandlers):
         self.procs = ProcTable()
         self._elastic_top = -1  # the highest rank torchrun reported
         self._elastic_pids: set[int] = set()  # worker pids torchrun names (teardown, failures, its report)
-        self.agents = ElasticAgents()  # torchrun agents and their workers (a local rank's global rank: agents.py)
+        self.agents = ElasticAgents(self._worker_failed)  # torchrun agents and their workers (a local rank's global rank: agents.py)
         self._built = False  # build() ran: the whole input is in, so agents.py may judge "one node"
         self._stated: set[int] = set()  # ranks some event states itself (not inferred from a local rank / spawn index)
         self.sigterm_pids: set[int] = set()  # worker pids torchrun says it sent SIGTERM ("Sending process N closing ...")
@@ -210,11 +215,11 @@ class JobBuilder(NcclHandlers, TorchHandlers):
         if elastic:
             if ev.pid is not None and len(self._elastic_pids) < _PID_CAP:
                 self._elastic_pids.add(ev.pid)
-                if k == "torch.elastic.sigterm":
+                if k == SIGTERM:
                     self.sigterm_pids.add(ev.pid)
-            if k == "torch.elastic.worker_failed" and len(self.agent_failed) < 64:
-                # torchrun's "failed (exitcode: N) local_rank: K" (diagnose's culprit fallback)
-                self.agent_failed.append(ev)
+        if k in self._worker_failed and len(self.agent_failed) < 64:
+            # torchrun's "failed (exitcode: N) local_rank: K" (diagnose's culprit fallback)
+            self.agent_failed.append(ev)
         self.agents.add(ev)
         if error:
             self._first_error(ev)

@@ -84,7 +84,7 @@ class Tables:
     _by_kind: dict[str, tuple[_Entry, ...]] = field(default_factory=dict, compare=False, hash=False, repr=False)
     # per entry of ``text_regex``: the literals one of which any match of its regex holds (``_need``; None: no
     # useful set), worked out when ``match_text`` first tries it
-    _text_need: list[Any] = field(default_factory=list, compare=False, hash=False, repr=False)
+    _text_need: dict[int, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
     caught_uncaught: re.Pattern[str] | None = None  # a traceback's first raw line that only an uncaught one has
     # "file:function" of a traceback's outermost frame when the exception reached the top of a program, a thread or
     # a child process (any other outermost frame: the program's own handler printed it), and the ids such a
@@ -100,6 +100,10 @@ class Tables:
     # the lines of output a recovered attempt needs after it (restarts.py)
     restarted: tuple[frozenset[str], frozenset[str], frozenset[str], int, frozenset[str]] = (
         frozenset(), frozenset(), frozenset(), 3, frozenset())
+    # events.toml [restarted] worker: the kinds of the agent's per-worker failure line (job.py keeps them for diagnose)
+    worker_failed: frozenset[str] = frozenset()
+    # events.toml [progress] unranked: progress kinds that settle a retried line of no known rank (ledger.py)
+    progress_unranked: frozenset[str] = frozenset()
 
     # -- lookups ---------------------------------------------------------------------------------------------
     def nccl_warn(self, file: str | None, msg: str) -> Meaning | None:
@@ -177,18 +181,9 @@ class Tables:
         # search is skipped (the first entry that matches is the same). A C++ ``frame #0: c10::Error::Error(...)``
         # line holds the keywords "#0" and "Error:" and met every regex: ~2.5 ms a line, once per failed rank.
         needs = self._text_need
-        if not needs:
-            needs.extend([_UNSET] * len(self.text_regex))
         for i, (e, rx) in enumerate(self.text_regex):
-            need = needs[i]
-            if need is _UNSET:
-                need = needs[i] = _need(rx)
-            if need is not None:
-                for x in need:
-                    if x in text:
-                        break
-                else:
-                    continue
+            if not _may_match(needs, i, text, rx):
+                continue
             m = rx.search(text)
             if m:
                 return e, m
@@ -284,6 +279,7 @@ def build_tables(files: Iterable[Path]) -> Tables:
     formats: list[_Entry] = []
     keywords: list[str] = []
     progress: set[str] = set()
+    unranked: set[str] = set()
     caught: dict[str, Any] = {}
     restarted: dict[str, Any] = {}
     seen: set[str] = set()
@@ -303,6 +299,7 @@ def build_tables(files: Iterable[Path]) -> Tables:
             raise RuleError(f"{f}: keywords must be a list of non-empty strings")
         keywords.extend(kws)
         progress |= set((data.get("progress") or {}).get("kinds", ()))
+        unranked |= set((data.get("progress") or {}).get("unranked", ()))
         caught.update(data.get("caught") or {})
         restarted.update(data.get("restarted") or {})
     kw = tuple(dict.fromkeys(keywords))
@@ -321,7 +318,8 @@ def build_tables(files: Iterable[Path]) -> Tables:
                   caught_quoted_with=tuple(caught.get("quoted_with", ())),
                   restarted=(frozenset(restarted.get("failed", ())), frozenset(restarted.get("succeeded", ())),
                              frozenset(restarted.get("final", ())), int(restarted.get("min_lines_after", 3)),
-                             frozenset(restarted.get("restart", ()))))
+                             frozenset(restarted.get("restart", ()))),
+                  worker_failed=frozenset(restarted.get("worker", ())), progress_unranked=frozenset(unranked))
 
 
 #: A format's head: its own text up to its first blank (the pattern lets blanks vary), conversion or brace. A message
@@ -377,15 +375,8 @@ def warn_sources(msg: str) -> tuple[str, ...]:
             break
         if not msg.startswith(head):
             continue
-        need = needs.get(fmt, _UNSET)
-        if need is _UNSET:
-            need = needs[fmt] = _need(_compiled(fmt))
-        if need is not None:
-            for x in need:  # (a loop: ~20 formats a message, each a few literals)
-                if x in msg:
-                    break
-            else:
-                continue  # a whole match would hold one of them: no need to run the pattern
+        if not _may_match(needs, fmt, msg, fmt):
+            continue  # a whole match would hold one of its literals: no need to run the pattern
         if _compiled(fmt).fullmatch(msg):
             best = n
             files.update(fs)
@@ -404,6 +395,25 @@ def _need(rx: re.Pattern[str]) -> tuple[str, ...] | None:
     from .engine.prefilter import required
 
     return required(rx)
+
+
+def _may_match(needs: dict[Any, Any], key: Any, text: str, pattern: re.Pattern[str] | str) -> bool:
+    """Whether ``text`` holds one of the literals every match of ``pattern`` holds (True when it has no useful set):
+    a test with ``in`` that spares running the pattern. ``pattern`` is a compiled regex or a catalogue WARN format
+    (parse/bare_warn.py compiles it); ``needs[key]`` caches its set, worked out when it is first asked for."""
+    need = needs.get(key, _UNSET)
+    if need is _UNSET:
+        if isinstance(pattern, str):
+            from .parse.bare_warn import _compiled
+
+            pattern = _compiled(pattern)
+        need = needs[key] = _need(pattern)
+    if need is None:
+        return True
+    for x in need:  # (a loop: a few literals each; ``any`` over a generator costs more)
+        if x in text:
+            return True
+    return False
 
 
 @lru_cache(maxsize=8)

@@ -23,7 +23,7 @@ def _fixture(name: str):
 
 
 # -- several ranks on one GPU: NCCL's init.cc / graph/topo.cc texts of 2.3 .. 2.30.7 ------------------------------
-@pytest.mark.parametrize("log", [
+_DUPLICATE_GPU = [
     # retyped: no space before the colon, alone on a line, with or without the final period
     "Duplicate GPU detected: rank 2 and rank 0 both on CUDA device 52000.\n",
     "Duplicate GPU detected:rank 1 and rank 0 both on CUDA device 1b000\n",
@@ -40,32 +40,7 @@ def _fixture(name: str):
     "[rank1]: ncclInvalidUsage: This usually reflects invalid usage of NCCL library.\n[rank1]: Last error:\n"
     "[rank1]: Multiple Ranks are using the same GPU/Partition. Set NCCL_MULTI_RANK_GPU_ENABLE=1 to enable this "
     "configuration.\n",
-])
-def test_ranks_on_one_gpu_is_duplicate_gpu(log):
-    d, root = _root(log)
-    assert root == "duplicate_gpu"
-    assert d.root_cause.rule == "nccl-duplicate-gpu"
-
-
-def test_duplicate_gpu_quoted_in_prose_is_not_the_rule():
-    # a sentence quoting the message is no log line: at most the fail-safe's low-confidence inference
-    d, root = _root('I saw "Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 60" in the docs once\n')
-    assert d.root_cause is None or d.root_cause.rule != "nccl-duplicate-gpu"
-
-
-def test_distinct_gpus_init_is_no_failure():
-    _, root = _root("vm:588:588 [0] NCCL INFO ncclCommInitRankConfig comm 0x2146f0b0 rank 0 nranks 2 cudaDev 0 "
-                    "nvmlDev 0 busId 60 commId 0xbddc31eafcd92ae7 - Init START\n"
-                    "vm:589:589 [1] NCCL INFO ncclCommInitRankConfig comm 0x35c9c130 rank 1 nranks 2 cudaDev 1 "
-                    "nvmlDev 1 busId 70 commId 0xbddc31eafcd92ae7 - Init START\n"
-                    "vm:589:589 [1] NCCL INFO Multiple ranks on the same GPU detected and allowed. Disabling NVLS.\n")
-    assert root is None
-
-
-def test_fixture_seesr66_duplicate_gpu():
-    assert _fixture("blind12/seesr66_multi_gpu_repro_all_processes_same_gpu_duplicate_52000") == \
-        ("duplicate_gpu", "nccl-duplicate-gpu")
-
+]
 
 # -- RDMA devices present but none can be opened: NCCL falls back to sockets (net_ib.cc / net_ib/init.cc) -----------
 _IB_FALLBACK = [
@@ -85,42 +60,8 @@ _IB_FALLBACK = [
     "[rank0]:gpu7:4410:4410 [0] NCCL INFO Using network Socket\n",
 ]
 
-
-@pytest.mark.parametrize("log", _IB_FALLBACK)
-def test_unopenable_hcas_socket_fallback_is_ib_rdma(log):
-    d, root = _root(log)
-    assert root == "ib_rdma"
-    assert d.root_cause.rule == "nccl-ib-unopenable-socket-fallback"
-
-
-def test_one_hca_skipped_others_used_is_no_failure():
-    _, root = _root("pod:80744:80744 [1] misc/ibvwrap.cc:212 NCCL WARN Call to ibv_open_device failed\n"
-                    "pod:80744:80744 [1] transport/net_ib.cc:149 NCCL WARN NET/IB : Unable to open device mlx5_58\n"
-                    "pod:80744:80744 [1] NCCL INFO NET/IB : Using [0]mlx5_1:1/RoCE [1]mlx5_18:1/RoCE ; OOB "
-                    "eth0:33.117.221.247<0>\npod:80744:80744 [1] NCCL INFO Using network IB\n")
-    assert root is None
-
-
-def test_no_rdma_hardware_socket_is_no_failure():
-    _, root = _root("vm:588:588 [0] NCCL INFO NET/IB : No device found.\n"
-                    "vm:588:588 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.2<0>\n"
-                    "vm:588:588 [0] NCCL INFO Using network Socket\n")
-    assert root is None
-
-
-def test_fallback_then_app_exception_is_the_exception():
-    _, root = _root(_IB_FALLBACK[1] + "Traceback (most recent call last):\n  File \"train.py\", line 11, in <module>\n"
-                    "    batch = load()\nKeyError: 'input_ids'\n")
-    assert root == "app_exception"
-
-
-def test_fixture_nccl451_ib_rdma():
-    assert _fixture("blind12/nccl451_docker_deepspeed_ibv_open_device_failed_fallback_socket_slow") == \
-        ("ib_rdma", "nccl-ib-unopenable-socket-fallback")
-
-
 # -- gloo dialling a peer's loopback alias (hostname -> 127.0.1.1): pair.cc's connect error, old and new forms --------
-@pytest.mark.parametrize("log", [
+_GLOO_LOOPBACK = [
     # gloo < 2023 Pair::handleConnecting, bare (gloo's own tools) and as torch raises it
     "[/opt/gloo/gloo/transport/tcp/pair.cc:761] connect [127.0.1.1]:60817: Connection refused\n",
     "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:799] connect [127.0.1.1]:14221: Connection refused\n",
@@ -133,45 +74,10 @@ def test_fixture_nccl451_ib_rdma():
     "[/pytorch/third_party/gloo/gloo/transport/tcp/debug_logger.cc:9] ERROR failed to connect, willRetry=0, retry=3, "
     "retryLimit=3, rank=1, size=2, local=[127.0.1.1]:9363, remote=[127.0.1.1]:21399$1, error=SO_ERROR: Connection "
     "refused, remote=[127.0.1.1]:21399\n",
-])
-def test_gloo_connect_to_loopback_alias_is_socket_interface(log):
-    d, root = _root(log)
-    assert root == "socket_interface"
-    assert d.root_cause.rule == "gloo-loopback-peer-refused"
-    assert "127.0.1.1" in d.root_cause.title
-
-
-@pytest.mark.parametrize("log", [
-    # 127.0.0.1: what every one-host job advertises (a stale address after an elastic restart)
-    "RuntimeError: Gloo connectFullMesh failed with [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:152] timed "
-    "out connecting: SO_ERROR: Connection refused, remote=[127.0.0.1]:22947\n",
-    # a connected pair on the loopback alias that a dying peer closed: one host
-    "[rank0]: RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:547] Connection closed by peer "
-    "[127.0.1.1]:52889\n",
-    # a retry that gloo will make again
-    "[/pytorch/third_party/gloo/gloo/transport/tcp/debug_logger.cc:9] ERROR failed to connect, willRetry=1, retry=1, "
-    "retryLimit=3, rank=1, size=2, local=[127.0.1.1]:9363, remote=[127.0.1.1]:21399$1, error=SO_ERROR: Connection "
-    "refused, remote=[127.0.1.1]:21399\n",
-    # a routable address refused: a peer not listening
-    "[/opt/gloo/gloo/transport/tcp/pair.cc:761] connect [10.0.0.2]:60817: Connection refused\n",
-])
-def test_gloo_other_connect_errors_are_not_the_loopback_rule(log):
-    d, _ = _root(log)
-    assert d.root_cause is None or d.root_cause.rule != "gloo-loopback-peer-refused"
-
-
-def test_gloo_loopback_alias_in_prose_is_no_failure():
-    _, root = _root("My /etc/hosts maps the host name to 127.0.1.1, is that a problem for gloo?\n")
-    assert root is None
-
-
-def test_fixture_gloo223_socket_interface():
-    assert _fixture("blind12h/gloo223_benchmark_two_nodes_connect_127_0_1_1_refused_loopback") == \
-        ("socket_interface", "gloo-loopback-peer-refused")
-
+]
 
 # -- the JAX / TF coordination service lost a task's heartbeats (coordination_service.cc CheckHeartbeatTimeout) -----
-@pytest.mark.parametrize("log", [
+_JAX_HEARTBEAT = [
     # TF-era glog line of the coordinator (external/org_tensorflow/...)
     "2022-11-15 16:03:15.140058: E external/org_tensorflow/tensorflow/core/distributed_runtime/coordination/"
     "coordination_service.cc:954] /job:jax_worker/replica:0/task:37 has been set to ERROR in coordination service: "
@@ -194,58 +100,125 @@ def test_fixture_gloo223_socket_interface():
     "E1203 10:00:02.000000  4242 coordination_service.cc:700] /job:jax_worker/replica:0/task:2 Heartbeat: Incarnation "
     "ID mismatch: expecting 123 but got 456. The task has restarted and likely crashed earlier - check for any earlier "
     "errors or any scheduler events (e.g. preemption, eviction) to debug further.\n",
-])
-def test_coordination_heartbeat_lost_is_peer_exit(log):
-    d, root = _root(log)
-    assert root == "peer_exit"
-    assert d.root_cause.rule == "jax-task-heartbeat-timeout"
-
-
-def test_coordination_clean_shutdown_is_no_failure():
-    _, root = _root("I1203 10:00:00.000000  1234 coordination_service_agent.cc:612] Coordination agent has "
-                    "initiated Shutdown().\nI1203 10:00:00.100000  1234 coordination_service_agent.cc:633] "
-                    "Coordination agent has successfully shut down.\n")
-    assert root is None
-
-
-def test_heartbeat_timeout_then_task_oom_is_host_oom():
-    # the dead task's own log in the input: its reason outranks the coordinator's notice
-    d, root = _root("E1203 10:00:00.123456  4242 coordination_service.cc:584] /job:jax_worker/replica:0/task:1 has "
-                    "been set to ERROR in coordination service: UNAVAILABLE: Task /job:jax_worker/replica:0/task:1 "
-                    "heartbeat timeout. This indicates that the remote task has failed, got preempted, or crashed "
-                    "unexpectedly.\n[12345.678] Out of memory: Killed process 4243 (python3) total-vm:812345678kB, "
-                    "anon-rss:512345678kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:1234kB oom_score_adj:0\n")
-    assert root == "host_oom"
-
-
-def test_fixture_archobjective26_peer_exit():
-    assert _fixture("blind12/archobjective26_t5x_large_model_task37_heartbeat_timeout_coordination_service") == \
-        ("peer_exit", "jax-task-heartbeat-timeout")
-
+]
 
 # -- ProcessGroupNCCL rejecting a tensor dtype it has no NCCL datatype for (getNcclDataType, float8 reductions) -----
-@pytest.mark.parametrize("log", [
+_UNSUPPORTED_DTYPE = [
     "RuntimeError: Unsupported data type for NCCL process group\n",
     "RuntimeError: Input tensor data type is not supported for NCCL process group: BFloat16\n",
     "[rank1]: TypeError: Input tensor data type is not supported for NCCL process group: ComplexFloat\n",
     "Traceback (most recent call last):\n  File \"/srv/app/train.py\", line 20, in <module>\n    dist.all_reduce(x)\n"
     "  File \"/usr/lib/python3/site-packages/torch/distributed/c10d_logger.py\", line 81, in wrapper\n"
     "    return func(*args, **kwargs)\nRuntimeError: Float8 dtypes are not currenlty supported for NCCL reductions\n",
-])
-def test_nccl_unsupported_dtype_is_invalid_usage(log):
+]
+
+# (taxonomy id, rule, the logs of that class, a text the root cause's title must hold)
+_CLASSES = [
+    ("duplicate_gpu", "nccl-duplicate-gpu", _DUPLICATE_GPU, None),
+    ("ib_rdma", "nccl-ib-unopenable-socket-fallback", _IB_FALLBACK, None),
+    ("socket_interface", "gloo-loopback-peer-refused", _GLOO_LOOPBACK, "127.0.1.1"),
+    ("peer_exit", "jax-task-heartbeat-timeout", _JAX_HEARTBEAT, None),
+    ("invalid_usage", "torch-nccl-unsupported-dtype", _UNSUPPORTED_DTYPE, None),
+]
+
+
+@pytest.mark.parametrize("log, want, rule, title_has", [
+    pytest.param(log, want, rule, title_has, id=f"{rule}-{i}")
+    for want, rule, logs, title_has in _CLASSES for i, log in enumerate(logs)])
+def test_class_is_its_rule(log, want, rule, title_has):
     d, root = _root(log)
-    assert root == "invalid_usage"
-    assert d.root_cause.rule == "torch-nccl-unsupported-dtype"
+    assert root == want
+    assert d.root_cause.rule == rule
+    if title_has is not None:
+        assert title_has in d.root_cause.title
 
 
-def test_unsupported_dtype_in_prose_is_no_failure():
-    _, root = _root("Note: bool tensors were not supported for NCCL process groups before 1.7, cast them first.\n")
+# near misses: at most another rule (or the fail-safe's low-confidence inference), never this one
+@pytest.mark.parametrize("log, rule", [
+    # a sentence quoting the message is no log line
+    pytest.param('I saw "Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 60" in the docs once\n',
+                 "nccl-duplicate-gpu", id="nccl-duplicate-gpu-quoted-in-prose"),
+    *(pytest.param(log, "gloo-loopback-peer-refused", id=f"gloo-loopback-peer-refused-other-{i}")
+      for i, log in enumerate([
+    # 127.0.0.1: what every one-host job advertises (a stale address after an elastic restart)
+    "RuntimeError: Gloo connectFullMesh failed with [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:152] timed "
+    "out connecting: SO_ERROR: Connection refused, remote=[127.0.0.1]:22947\n",
+    # a connected pair on the loopback alias that a dying peer closed: one host
+    "[rank0]: RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:547] Connection closed by peer "
+    "[127.0.1.1]:52889\n",
+    # a retry that gloo will make again
+    "[/pytorch/third_party/gloo/gloo/transport/tcp/debug_logger.cc:9] ERROR failed to connect, willRetry=1, retry=1, "
+    "retryLimit=3, rank=1, size=2, local=[127.0.1.1]:9363, remote=[127.0.1.1]:21399$1, error=SO_ERROR: Connection "
+    "refused, remote=[127.0.1.1]:21399\n",
+    # a routable address refused: a peer not listening
+    "[/opt/gloo/gloo/transport/tcp/pair.cc:761] connect [10.0.0.2]:60817: Connection refused\n",
+]))])
+def test_near_miss_is_not_the_rule(log, rule):
+    d, _ = _root(log)
+    assert d.root_cause is None or d.root_cause.rule != rule
+
+
+# healthy twins: no failure at all
+@pytest.mark.parametrize("log", [
+    pytest.param("vm:588:588 [0] NCCL INFO ncclCommInitRankConfig comm 0x2146f0b0 rank 0 nranks 2 cudaDev 0 "
+                 "nvmlDev 0 busId 60 commId 0xbddc31eafcd92ae7 - Init START\n"
+                 "vm:589:589 [1] NCCL INFO ncclCommInitRankConfig comm 0x35c9c130 rank 1 nranks 2 cudaDev 1 "
+                 "nvmlDev 1 busId 70 commId 0xbddc31eafcd92ae7 - Init START\n"
+                 "vm:589:589 [1] NCCL INFO Multiple ranks on the same GPU detected and allowed. Disabling NVLS.\n",
+                 id="nccl-duplicate-gpu-distinct-gpus-init"),
+    pytest.param("pod:80744:80744 [1] misc/ibvwrap.cc:212 NCCL WARN Call to ibv_open_device failed\n"
+                 "pod:80744:80744 [1] transport/net_ib.cc:149 NCCL WARN NET/IB : Unable to open device mlx5_58\n"
+                 "pod:80744:80744 [1] NCCL INFO NET/IB : Using [0]mlx5_1:1/RoCE [1]mlx5_18:1/RoCE ; OOB "
+                 "eth0:33.117.221.247<0>\npod:80744:80744 [1] NCCL INFO Using network IB\n",
+                 id="nccl-ib-unopenable-socket-fallback-one-hca-skipped-others-used"),
+    pytest.param("vm:588:588 [0] NCCL INFO NET/IB : No device found.\n"
+                 "vm:588:588 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.2<0>\n"
+                 "vm:588:588 [0] NCCL INFO Using network Socket\n",
+                 id="nccl-ib-unopenable-socket-fallback-no-rdma-hardware"),
+    pytest.param("My /etc/hosts maps the host name to 127.0.1.1, is that a problem for gloo?\n",
+                 id="gloo-loopback-peer-refused-in-prose"),
+    pytest.param("I1203 10:00:00.000000  1234 coordination_service_agent.cc:612] Coordination agent has "
+                 "initiated Shutdown().\nI1203 10:00:00.100000  1234 coordination_service_agent.cc:633] "
+                 "Coordination agent has successfully shut down.\n", id="jax-task-heartbeat-timeout-clean-shutdown"),
+    pytest.param("Note: bool tensors were not supported for NCCL process groups before 1.7, cast them first.\n",
+                 id="torch-nccl-unsupported-dtype-in-prose"),
+])
+def test_healthy_twin_is_no_failure(log):
+    _, root = _root(log)
     assert root is None
 
 
-def test_fixture_pytorch24137_invalid_usage():
-    assert _fixture("blind12h/pytorch24137_nccl_broadcast_bool_tensor_unsupported_data_type") == \
-        ("invalid_usage", "torch-nccl-unsupported-dtype")
+# another cause in the same input outranks the class
+@pytest.mark.parametrize("log, want", [
+    pytest.param(_IB_FALLBACK[1] + "Traceback (most recent call last):\n  File \"train.py\", line 11, in <module>\n"
+                 "    batch = load()\nKeyError: 'input_ids'\n", "app_exception",
+                 id="nccl-ib-unopenable-socket-fallback-then-app-exception"),
+    # the dead task's own log in the input: its reason outranks the coordinator's notice
+    pytest.param("E1203 10:00:00.123456  4242 coordination_service.cc:584] /job:jax_worker/replica:0/task:1 has "
+                 "been set to ERROR in coordination service: UNAVAILABLE: Task /job:jax_worker/replica:0/task:1 "
+                 "heartbeat timeout. This indicates that the remote task has failed, got preempted, or crashed "
+                 "unexpectedly.\n[12345.678] Out of memory: Killed process 4243 (python3) total-vm:812345678kB, "
+                 "anon-rss:512345678kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:1234kB oom_score_adj:0\n",
+                 "host_oom", id="jax-task-heartbeat-timeout-then-task-oom"),
+])
+def test_other_cause_outranks_the_class(log, want):
+    _, root = _root(log)
+    assert root == want
+
+
+@pytest.mark.parametrize("rel, want, rule", [
+    ("blind12/seesr66_multi_gpu_repro_all_processes_same_gpu_duplicate_52000", "duplicate_gpu", "nccl-duplicate-gpu"),
+    ("blind12/nccl451_docker_deepspeed_ibv_open_device_failed_fallback_socket_slow", "ib_rdma",
+     "nccl-ib-unopenable-socket-fallback"),
+    ("blind12h/gloo223_benchmark_two_nodes_connect_127_0_1_1_refused_loopback", "socket_interface",
+     "gloo-loopback-peer-refused"),
+    ("blind12/archobjective26_t5x_large_model_task37_heartbeat_timeout_coordination_service", "peer_exit",
+     "jax-task-heartbeat-timeout"),
+    ("blind12h/pytorch24137_nccl_broadcast_bool_tensor_unsupported_data_type", "invalid_usage",
+     "torch-nccl-unsupported-dtype"),
+], ids=lambda v: v.split("/")[-1] if "/" in v else None)
+def test_fixture_is_its_class(rel, want, rule):
+    assert _fixture(rel) == (want, rule)
 
 
 def test_gloo_location_with_many_angle_groups_is_fast():

@@ -55,7 +55,22 @@ def ranks_in_text(ctx: PredContext, regex: str = "", one_rank: bool = False, min
 # collective: CollectiveFingerPrint(SequenceNumber=6, OpType=ALLREDUCE, TensorShape=[4], TensorDtypes=Float, ...),
 # but Rank 2 is running collective: CollectiveFingerPrint(...)". Each such line states two ranks' fingerprints.
 _FP_RANK = re.compile(r"Rank (\d+) is running collective: CollectiveFingerPrint\(")
-_FP_FIELDS = re.compile(r"\b(SequenceNumber|OpType|TensorShape|TensorDtypes|TensorDeviceTypes)=(\[[^\]]*\]|\w+)")
+# One field of a printed CollectiveFingerPrint (operator<< in ProcessGroupWrapper.cpp). With tensors it prints
+# "SequenceNumber=6, OpType=ALLREDUCE, TensorShape=[4], TensorDtypes=Float, TensorDeviceTypes=..."; with none
+# (barrier, uneven ops) "SequenceNumber=6OpType=BARRIER": no separator, so a number runs into the next field name.
+_FP_FIELDS = re.compile(r"(?<![A-Za-z])(SequenceNumber|OpType|TensorShape|TensorDtypes|TensorDeviceTypes)="
+                        r"(\[[^\]]*\]|\d+(?=OpType=)|\w+)")
+_FP_START = "CollectiveFingerPrint("
+
+
+def _fp_fields(text: str) -> dict[str, str]:
+    """The fields of the first CollectiveFingerPrint printed at the start of ``text`` (up to the next one): field
+    name -> value as printed (the first of each name)."""
+    end = text.find(_FP_START)
+    out: dict[str, str] = {}
+    for k, v in _FP_FIELDS.findall(text if end < 0 else text[:end]):
+        out.setdefault(k, v)
+    return out
 
 
 def _fingerprints(text: str) -> dict[int, tuple[str, ...]]:
@@ -64,7 +79,7 @@ def _fingerprints(text: str) -> dict[int, tuple[str, ...]]:
     starts = list(_FP_RANK.finditer(text))
     for i, m in enumerate(starts):
         part = text[m.end():starts[i + 1].start() if i + 1 < len(starts) else len(text)]
-        fields = dict(_FP_FIELDS.findall(part))
+        fields = _fp_fields(part)
         if "OpType" in fields:
             out.setdefault(int(m.group(1)), tuple(fields.get(k, "") for k in
                                                   ("OpType", "TensorShape", "TensorDtypes", "TensorDeviceTypes")))
@@ -185,8 +200,7 @@ def store_server_rank(ctx: PredContext, frames: str = "", host_rank: int = 0, **
 # `LOG(INFO) << "[Rank " << getRank() << "] Running collective: " << fingerprint`, then all-gathers the serialized
 # fingerprints over gloo and raises "Detected mismatch between collectives on ranks" when any rank's differs (op
 # type, tensor count, dtypes, device types, shapes; ops with uneven sizes pass no tensors and print none).
-_RUN_FP = re.compile(r"\[Rank (\d+)\] Running collective: CollectiveFingerPrint\(SequenceNumber=(\d+),? ?"
-                     r"OpType=(\w+)(?:, TensorShape=(\[[^\]]*\]), TensorDtypes=(\[[^\]]*\]|\w+))?")
+_RUN_FP = re.compile(r"\[Rank (\d+)\] Running collective: CollectiveFingerPrint\(")
 
 
 @predicate
@@ -201,11 +215,15 @@ def running_fingerprints_differ(ctx: PredContext, **args: Any) -> PredResult | N
     spoilt: set[int] = set()
     evidence: dict[tuple[int, int], Event] = {}
     for ev in ctx.events:
-        m = _RUN_FP.search(str(field_value(ev, "body") or ""))
+        body = str(field_value(ev, "body") or "")
+        m = _RUN_FP.search(body)
         if m is None:
             continue
-        rank, seq = int(m.group(1)), int(m.group(2))
-        fp = (m.group(3), m.group(4) or "", re.sub(r"\s+", "", m.group(5) or ""))
+        fields = _fp_fields(body[m.end():])
+        if not fields.get("SequenceNumber", "").isdigit() or "OpType" not in fields:
+            continue
+        rank, seq = int(m.group(1)), int(fields["SequenceNumber"])
+        fp = (fields["OpType"], fields.get("TensorShape", ""), re.sub(r"\s+", "", fields.get("TensorDtypes", "")))
         seen = by_seq.setdefault(seq, {})
         if seen.get(rank, fp) != fp:
             spoilt.add(seq)
