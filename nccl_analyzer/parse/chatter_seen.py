@@ -65,7 +65,7 @@ class DeferredChatter:
     chatter key) in its range, or the range's last chatter line of a process.
 
     Every range sends these again for its processes, and the main process's ``ChatterMerge`` keeps only the ones
-    one process would have kept (at 1,000 ranks with 2 workers, ~5,000 of ~35,000): the others are dropped
+    one process would have kept (at 1,000 ranks with 2 workers, 5,126 of 24,596): the others are dropped
     unread, so parsing them in the worker and pickling the events was wasted. ``ChatterMerge`` parses the kept ones
     with ``NcclParser`` (``event``) from the same ``Line``: the same event the worker would have built. It has what
     the input-order heap and the range's re-basing read of an event: ``line``, ``pid``, ``end_line``, ``fields``.
