@@ -35,13 +35,15 @@ class EventStream:
             wants them; the analysis does not, and skipping them is most of the speed on big logs).
         compact: analysis mode: repeated NCCL channel/transport/collective chatter is counted, not turned into
             events (see ``NcclParser``).
+        defer: (a worker process, parallel.py) the chatter lines compact mode keeps come out unparsed
+            (``NcclParser``'s ``defer``).
     """
 
     __slots__ = ("_nccl", "_torch", "_crash", "_errtext", "_bare", "_tests", "keep_text", "counts", "_held", "_seq", "text_tail",
                  "_ctx", "ctx_tail")
 
-    def __init__(self, keep_text: bool = False, compact: bool = False):
-        self._nccl = NcclParser(compact=compact)
+    def __init__(self, keep_text: bool = False, compact: bool = False, defer: bool = False):
+        self._nccl = NcclParser(compact=compact, defer=defer)
         self._torch = TorchParser()
         self._crash = CrashParser()
         self._errtext = ErrorTextParser()  # error lines no grammar owns (launchers, MPI, bindings): messages/text.toml

@@ -24,7 +24,8 @@ from . import triage
 from .classify import EventStream
 from .model import Event
 from .parse.nccl import _CACHE_SIZE as _CHATTER_CAP, _chatter_key
-from .parse.chatter_seen import ChatterSeen
+from .parse.chatter_seen import ChatterSeen, DeferredChatter
+from .parse.nccl import NcclParser
 from .sources import Source, clean_text, open_binary, read_text_lines
 
 #: Below this many bytes in total, one process is faster than starting workers.
@@ -184,7 +185,8 @@ def parse_unit(unit: Unit, inert: frozenset[str] = frozenset(), stage_only: froz
     src = unit.source
     stream = open_binary(src)
     events: list[Event] = []
-    es = EventStream(keep_text=False, compact=True)
+    # (the chatter lines compact mode keeps come out unparsed: ChatterMerge parses the few the job keeps)
+    es = EventStream(keep_text=False, compact=True, defer=True)
     local = Source(path=src.path, real=src.real, local_rank=src.local_rank, rank=src.rank, fast=src.fast)
     counted = 0
     try:
@@ -256,12 +258,22 @@ class ChatterMerge:
     process's final flush). ``compacted`` counts the events dropped.
     """
 
-    __slots__ = ("seen", "last", "compacted")
+    __slots__ = ("seen", "last", "compacted", "_parser")
 
     def __init__(self) -> None:
         self.seen = ChatterSeen()  # (host, pid, chatter key), per process (parse/chatter_seen.py)
-        self.last: dict[tuple, Event] = {}
+        self.last: dict[tuple, Event | DeferredChatter] = {}
         self.compacted = 0
+        self._parser: NcclParser | None = None
+
+    def event(self, ev: Event | DeferredChatter) -> Event:
+        """``ev``, or the event of a chatter line a worker sent unparsed (``DeferredChatter``): what the worker's
+        parser would have made of that line (an INFO line: one event, no parser state read or changed)."""
+        if ev.__class__ is not DeferredChatter:
+            return ev  # type: ignore[return-value]
+        if self._parser is None:
+            self._parser = NcclParser()
+        return self._parser.feed(ev.as_line())[0]  # type: ignore[union-attr]
 
     def fold(self, events: Iterator[Event], n_events: int, n_tail: int, lasts: Iterator[Event],
              final: bool) -> Iterator[Event]:
@@ -291,7 +303,7 @@ class ChatterMerge:
                 self.seen.add(key)
             if self.last.pop(proc, None) is not None:
                 self.compacted += 1
-            yield ev
+            yield self.event(ev)
         if i < tail_from:  # no other end-of-input event
             self._wait(lasts)
             if final:
@@ -306,7 +318,7 @@ class ChatterMerge:
             self.last[proc] = ev
 
     def _merged(self, first: Event | None, rest: Iterator[Event]) -> Iterator[Event]:
-        waiting = sorted(self.last.values(), key=lambda ev: ev.line)
+        waiting = sorted(map(self.event, self.last.values()), key=lambda ev: ev.line)
         self.last.clear()
         tail = rest if first is None else itertools.chain((first,), rest)
         yield from heapq.merge(waiting, tail, key=lambda ev: ev.line)
@@ -316,6 +328,8 @@ def chatter_key_of(ev: Event) -> tuple | None:
     """(host, pid, chatter key) of an event the NCCL parser's compact mode would have compacted by, else None
     (a prefixed INFO line: ``NcclParser.feed``; legacy and cut prefixes carry ``prefix`` and are never
     compacted)."""
+    if ev.__class__ is DeferredChatter:
+        return (ev.host, ev.pid, ev.ckey)
     if ev.pid is None or ev.host is None or not ev.kind.startswith("nccl."):
         return None
     f = ev.fields

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..intern import host as _host, interned
+from ..model import Line
 
 #: The distinct key sets (bounded: past this many a new one is kept as it is).
 _SETS: dict[frozenset, frozenset] = {}
@@ -57,3 +58,42 @@ class ChatterSeen:
     def clear(self) -> None:
         self._by.clear()
         self._n = 0
+
+
+class DeferredChatter:
+    """A chatter line a worker process (``parallel.parse_unit``) sends unparsed: the first line of a (process,
+    chatter key) in its range, or the range's last chatter line of a process.
+
+    Every range sends these again for its processes, and the main process's ``ChatterMerge`` keeps only the ones
+    one process would have kept (at 1,000 ranks with 2 workers, 5,126 of 24,596): the others are dropped
+    unread, so parsing them in the worker and pickling the events was wasted. ``ChatterMerge`` parses the kept ones
+    with ``NcclParser`` (``event``) from the same ``Line``: the same event the worker would have built. It has what
+    the input-order heap and the range's re-basing read of an event: ``line``, ``pid``, ``end_line``, ``fields``.
+    """
+
+    __slots__ = ("line", "host", "pid", "ckey", "path", "text", "raw", "rank", "local_rank", "time", "truncated")
+    kind = "nccl.chatter.deferred"
+    end_line = None
+    fields: dict = {}  # (read-only: nothing writes an event's fields; ``_rebased`` reads "line_numbers")
+
+    def __init__(self, line: Any, host: str, pid: int, ckey: str) -> None:
+        self.line = line.lineno
+        self.host, self.pid, self.ckey = host, pid, ckey
+        self.path, self.text, self.raw = line.path, line.text, line.raw
+        self.rank, self.local_rank, self.time, self.truncated = line.rank, line.local_rank, line.time, line.truncated
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return (_deferred, (self.line, self.host, self.pid, self.ckey, self.path, self.text, self.raw, self.rank,
+                            self.local_rank, self.time, self.truncated))
+
+    def as_line(self) -> Any:
+        """The ``Line`` it was made of (its line number re-based if the range's was)."""
+        return Line(self.path, self.line, self.text, self.raw, self.rank, self.local_rank, self.time, self.truncated)
+
+
+def _deferred(line: int, host: str, pid: int, ckey: str, path: str, text: str, raw: str, rank: Any, local_rank: Any,
+              time: Any, truncated: bool) -> DeferredChatter:
+    d = DeferredChatter.__new__(DeferredChatter)
+    d.line, d.host, d.pid, d.ckey, d.path, d.text, d.raw = line, host, pid, ckey, path, text, raw
+    d.rank, d.local_rank, d.time, d.truncated = rank, local_rank, time, truncated
+    return d

@@ -6,7 +6,7 @@ import re
 from typing import Any
 
 from ..model import Event, Line
-from .chatter_seen import ChatterSeen
+from .chatter_seen import ChatterSeen, DeferredChatter
 # Re-exported names (BODY_STARTS, build_parser, body_parser, _uncached_body, the shape cache's) are read as
 # nccl.<name> by parse/torch/, parallel.py and the tests.
 from .nccl_body import _CACHE_SIZE, BODY_STARTS, _uncached_body, parse_body  # noqa: F401
@@ -82,18 +82,22 @@ _CONTINUED_WARNS = (("Failed to bind NVLink SHARP (NVLS) Multicast memory", 2),)
 class NcclParser:
     """Per-stream NCCL line parser (ARCHITECTURE.md "Parser contract")."""
 
-    __slots__ = ("_pending", "_pending_left", "compact", "compacted", "_chatter_seen", "_chatter_last", "chatter_src")
+    __slots__ = ("_pending", "_pending_left", "compact", "compacted", "_chatter_seen", "_chatter_last", "chatter_src",
+                 "defer")
 
-    def __init__(self, compact: bool = False) -> None:
+    def __init__(self, compact: bool = False, defer: bool = False) -> None:
         """Args:
             compact: analysis mode. Channel/ring/tree/transport and collective-call lines are per-channel,
                 per-peer and per-call chatter (most of a big job's log). With ``compact`` only the first line
                 of each (process, chatter kind) and each process's last chatter line become events; the rest
                 are counted in ``compacted``. The events export keeps every line.
+            defer: (with ``compact``, in a worker process: parallel.py) those first and last chatter lines come out
+                as ``DeferredChatter`` (the line, unparsed); the main process parses the ones it keeps.
         """
         self._pending: Event | None = None  # a WARN whose text continues on unprefixed lines
         self._pending_left = 0
         self.compact = compact
+        self.defer = defer
         self.compacted = 0
         self._chatter_seen = ChatterSeen()  # (host, pid, chatter key) triples, per process (chatter_seen.py)
         # (host, pid) -> last chatter line not turned into an event: a Line, or (lineno, text) from triage.py
@@ -134,6 +138,9 @@ class NcclParser:
                 if len(self._chatter_seen) < _CACHE_SIZE:
                     self._chatter_seen.add(key)
                 self._chatter_last.pop((host, pid), None)
+                if self.defer:
+                    out.append(DeferredChatter(line, host, pid, ckey))
+                    return out
         if level == "INFO":
             kind, rank, fields = _parse_shaped(level, body)  # fields: a fresh dict
         else:
@@ -175,12 +182,27 @@ class NcclParser:
             self._chatter_last.clear()
             compact, self.compact = self.compact, False
             for line in last:
-                out.extend(self.feed(line) or ())
+                deferred = self._deferred(line) if self.defer else None
+                if deferred is not None:
+                    out.append(deferred)
+                else:
+                    out.extend(self.feed(line) or ())
             self.compact = compact
             self.compacted -= len(last)
         return out
 
     # -- helpers
+    def _deferred(self, line: Line) -> DeferredChatter | None:
+        """A kept last chatter line, unparsed (``defer``); None when it is no plain prefixed INFO chatter line."""
+        split = _split(line.text) if "NCCL " in line.text else None
+        if split is None or split[1] != "INFO":
+            return None
+        ckey = _chatter_key(split[2])
+        if ckey is None:
+            return None
+        head = split[0]
+        return DeferredChatter(line, head[1], head[2], ckey)
+
     def _bare(self, line: Line) -> Event | None:
         """Version banner without prefix, or an NCCL-looking line whose prefix is odd (nccl.unparsed)."""
         if "NCCL " not in line.text:
