@@ -10,7 +10,7 @@ from typing import Iterable, Iterator
 
 from .boundary import _rejoin, _rejoin_words, _unglue
 from .order import _reversed
-from .rx import (_AUTOLINK, _ELISION, _FENCE, _FLUSH_HEADS, _GUTTER, _LAUNCH, _LEAD_TAGS, _LINE_LINK, _PROSE_QUOTE, _QUOTE,
+from .rx import (_AUTOLINK, _BRACKET_GUTTER, _ELISION, _FENCE, _FLUSH_HEADS, _GUTTER, _LAUNCH, _LEAD_TAGS, _LINE_LINK, _PROSE_QUOTE, _QUOTE,
                  _SUMMARY, _TRAIL_TAGS)
 
 
@@ -34,6 +34,7 @@ class Plan:
     tags: bool = False
     quotes: bool = False
     gutter: bool = False
+    bracketed: bool = False  # the gutter is "[N] " (a log viewer's), not "N | "
     indent: bool = False
     elisions: bool = False
     links: bool = False
@@ -125,7 +126,7 @@ class Plan:
                     s = m.group(2)  # the log line the sentence quotes (evidence keeps the sentence)
             r[1] = s
         if self.gutter:
-            _strip_gutter(rows)
+            _strip_gutter(rows, _BRACKET_GUTTER if self.bracketed else _GUTTER)
         if self.elisions:
             for r in rows:
                 if r[1] and _ELISION.match(r[1]):
@@ -174,10 +175,10 @@ def _unlink(m: re.Match) -> str:
     return text if target.rstrip("/") == text.rstrip("/") else m.group(0)
 
 
-def _strip_gutter(rows: list[list]) -> None:
+def _strip_gutter(rows: list[list], gutter=_GUTTER) -> None:
     for r in rows:
         s = r[1]
-        m = _GUTTER.match(s)
+        m = gutter.match(s)
         if m:
             r[1] = s[m.end():]
 
