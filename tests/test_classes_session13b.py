@@ -196,13 +196,21 @@ def test_missing_cuda_symbol_stays_cuda_error():
     "[1478401.486981] DMAR: [DMA Write] Request device [02:00.0] fault addr cd139000 [fault reason 05] PTE Write access is not set",
     "[  912.004411] DMAR: [DMA Read NO_PASID] Request device [81:00.0] fault addr 0xf8139000 [fault reason 0x06] PTE Read access is not set",
     "Dec 03 11:02:13 node4 kernel: DMAR: [DMA Write] Request device [3b:00.0] PASID ffffffff fault addr 7f2d000 [fault reason 05] PTE Write access is not set",
-    "[ 5120.118811] nvidia 0000:41:00.0: AMD-Vi: Event logged [IO_PAGE_FAULT device=41:00.0 domain=0x000e address=0xfd000000 flags=0x0020]",
+    "[ 5120.118811] AMD-Vi: Event logged [IO_PAGE_FAULT device=41:00.0 domain=0x000e address=0xfd000000 flags=0x0020]",
+    "[  262.094625] amdgpu 0000:03:00.0: AMD-Vi: Event logged [IO_PAGE_FAULT domain=0x0010 address=0x64a7f000 flags=0x0000]",
 ])
 def test_iommu_dma_fault_is_p2p(line):
     log = "[1478401.486621] DMAR: DRHD: handling fault status reg 502\n" + line + "\n"
     d, root = _root(log)
     assert root == "p2p_ipc"
     assert _lines(d) == [2]
+
+
+def test_iommu_fault_of_a_usb_or_sata_controller_is_not_p2p():
+    log = ("[Aug 4 09:48] xhci_hcd 0000:47:00.1: AMD-Vi: Event logged [IO_PAGE_FAULT domain=0x0032 address=0xfffffff00000 flags=0x0000]\n"
+           "[ 1200.11] ahci 0000:28:00.0: AMD-Vi: Event logged [IO_PAGE_FAULT domain=0x0035 address=0x7fffff00000 flags=0x0000]\n")
+    d, root = _root(log)
+    assert root is None
 
 
 def test_iommu_boot_messages_are_healthy():
