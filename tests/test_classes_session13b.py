@@ -224,3 +224,34 @@ def test_fixture_dmesg_dmar_faults():
     d = analyze([str(FIX / "blind15h/tensorflow32654_mirrored_4gpu_polling_hang_dmesg_dmar_pte_write_faults")])
     assert d.root_cause.id == "p2p_ipc"
     assert _lines(d)[0] == 2
+
+
+# -- 8. a reader's note that the program hung is no program output ---------------------------------------------------
+_P2P_SETUP = """node1:100:100 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>
+NCCL version 2.18.3+cuda12.1
+node1:100:100 [0] NCCL INFO comm 0x5500 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1000 commId 0xabc1 - Init START
+node1:101:101 [1] NCCL INFO comm 0x5600 rank 1 nranks 2 cudaDev 1 nvmlDev 1 busId 2000 commId 0xabc1 - Init START
+node1:100:100 [0] NCCL INFO Channel 00/02 :    0   1
+node1:100:100 [0] NCCL INFO Channel 01/02 :    0   1
+node1:100:100 [0] NCCL INFO Trees [0] 1/-1/-1->0->-1 [1] 1/-1/-1->0->-1
+node1:101:101 [1] NCCL INFO Trees [0] -1/-1/-1->1->0 [1] -1/-1/-1->1->0
+node1:100:100 [0] NCCL INFO Channel 00/0 : 0[1000] -> 1[2000] via P2P/IPC
+node1:101:101 [1] NCCL INFO Channel 00/0 : 1[2000] -> 0[1000] via P2P/IPC
+node1:100:100 [0] NCCL INFO Channel 01/0 : 0[1000] -> 1[2000] via P2P/IPC
+node1:101:101 [1] NCCL INFO Channel 01/0 : 1[2000] -> 0[1000] via P2P/IPC
+"""
+
+
+@pytest.mark.parametrize("note", ["<hangs here>", "*hangs*", "(stuck here)", "<nothing, forever>", "[it hangs forever]"])
+def test_hang_note_after_p2p_connect_is_no_output(tmp_path, note):
+    d, root = _file_root(tmp_path, _P2P_SETUP + note + "\n")
+    assert root == "p2p_ipc"
+    assert d.root_cause.rule == "hang-p2p-ipc-log-ends"
+    assert _lines(d) == [11, 12]
+
+
+@pytest.mark.parametrize("line", ["epoch 1 step 20 loss 0.4183", "Stuck", "(hangs in all_reduce for 30 min, then: loss 0.41)"])
+def test_program_output_after_p2p_connect_is_progress(tmp_path, line):
+    # a line the program could print (or a sentence that says more than the note) is output: no "log ends" hang
+    d, root = _file_root(tmp_path, _P2P_SETUP + line + "\n")
+    assert root is None

@@ -9,7 +9,7 @@ from typing import Iterable, Iterator
 from .boundary import _tb_cut, _unglue, _word_wrap_width, _wrap_width
 from .order import _reversed_text
 from .plan import Plan, _printable
-from .rx import _AUTOLINK, _BRACKET_GUTTER, _ELISION, _FENCE, _GUTTER, _LINE_LINK, _PROSE_QUOTE, _QUOTED_HEAD, _TB_HEADER, _Rx
+from .rx import _AUTOLINK, _BRACKET_GUTTER, _ELISION, _FENCE, _GUTTER, _HANG_NOTE, _LINE_LINK, _PROSE_QUOTE, _QUOTED_HEAD, _TB_HEADER, _Rx
 
 
 #: Bytes of a source's head looked at to decide whether it is a paste.
@@ -92,6 +92,9 @@ def plan_for(lines: list[str]) -> Plan | None:
             or " " in starts and ("\n ..." in near or "\n [..." in near):
         plan.elisions = any(_ELISION.match(s) for s in lines
                             if len(s) < 48 and ("." in s or "\u2026" in s or "snip" in s))
+    if starts & _NOTE_MARKS or any(s.lstrip()[:1] in _NOTE_MARKS for s in lines[-8:]):
+        # (a reader's note of a hang mostly ends the paste: its last lines are looked at too)
+        plan.notes = any(_HANG_NOTE.match(s) for s in lines if len(s) < 48 and s.lstrip()[:1] in _NOTE_MARKS)
     if "[" in starts and "]:[rank" in near:
         plan.glued = _rank_rank(near)
     if "[" in starts and "](http" in near:
@@ -123,7 +126,7 @@ def plan_for(lines: list[str]) -> Plan | None:
     if not plan.words:
         plan.width = _wrap_width(head)
     plan.wrap = not plan.words and plan.width > 0
-    if not (decorated or plan.elisions or plan.glued or plan.wrap or plan.words or plan.urlenc
+    if not (decorated or plan.elisions or plan.notes or plan.glued or plan.wrap or plan.words or plan.urlenc
             or _reversed_text(near, lines)):
         return None
     return plan
@@ -254,5 +257,6 @@ def _has_bracket_gutter(nonempty: list[str]) -> bool:
     return True
 
 
+_NOTE_MARKS = frozenset("*_(<[")
 _NCCL_BODY = _Rx(r"(?:[\w./-]+:\d+ )?NCCL (?:INFO|WARN|TRACE|CALL)\b")
 _LINE_HOST = _Rx(r"(?:\[[^\]]{1,40}\] ?)?([A-Za-z][\w.-]*):\d+:\d+ \[\d+\] NCCL ")
