@@ -9,7 +9,7 @@ from typing import Iterable, Iterator
 from .boundary import _tb_cut, _unglue, _word_wrap_width, _wrap_width
 from .order import _reversed_text
 from .plan import Plan, _printable
-from .rx import _AUTOLINK, _ELISION, _FENCE, _GUTTER, _LINE_LINK, _PROSE_QUOTE, _QUOTED_HEAD, _TB_HEADER, _Rx
+from .rx import _AUTOLINK, _BRACKET_GUTTER, _ELISION, _FENCE, _GUTTER, _HANG_NOTE, _LINE_LINK, _PROSE_QUOTE, _QUOTED_HEAD, _TB_HEADER, _Rx
 
 
 #: Bytes of a source's head looked at to decide whether it is a paste.
@@ -83,12 +83,18 @@ def plan_for(lines: list[str]) -> Plan | None:
         plan.gutter = _has_gutter(nonempty)
     if not plan.gutter and "1" in near and _GUTTER_AFTER_BLANK.search(near):
         plan.gutter = _gutter_in_prose(lines)
+    if not plan.gutter and first[:1] == "[" and first[1:2].isdigit():
+        nonempty = nonempty or [s for s in lines if s.strip()]
+        plan.gutter = plan.bracketed = _has_bracket_gutter(nonempty)
     # GitHub's auto-links ("[net_ib.cc:101](http://net_ib.cc:101/)") are made in rendered text: quoted or plain
     plan.links = (plan.quotes or plan.indent) and "](http" in near and _AUTOLINK.search(text) is not None
     if text.find("\u2026") >= 0 or "." in starts or "<" in starts or "[" in starts and "\n[..." in near \
             or " " in starts and ("\n ..." in near or "\n [..." in near):
         plan.elisions = any(_ELISION.match(s) for s in lines
                             if len(s) < 48 and ("." in s or "\u2026" in s or "snip" in s))
+    if starts & _NOTE_MARKS or any(s.lstrip()[:1] in _NOTE_MARKS for s in lines[-8:]):
+        # (a reader's note of a hang mostly ends the paste: its last lines are looked at too)
+        plan.notes = any(_HANG_NOTE.match(s) for s in lines if len(s) < 48 and s.lstrip()[:1] in _NOTE_MARKS)
     if "[" in starts and "]:[rank" in near:
         plan.glued = _rank_rank(near)
     if "[" in starts and "](http" in near:
@@ -120,7 +126,7 @@ def plan_for(lines: list[str]) -> Plan | None:
     if not plan.words:
         plan.width = _wrap_width(head)
     plan.wrap = not plan.words and plan.width > 0
-    if not (decorated or plan.elisions or plan.glued or plan.wrap or plan.words or plan.urlenc
+    if not (decorated or plan.elisions or plan.notes or plan.glued or plan.wrap or plan.words or plan.urlenc
             or _reversed_text(near, lines)):
         return None
     return plan
@@ -232,4 +238,25 @@ def _has_gutter(nonempty: list[str]) -> bool:
     return hits * 10 >= len(nonempty) * 6 and up * 10 >= (hits - 1) * 8 and down <= 1
 
 
+def _has_bracket_gutter(nonempty: list[str]) -> bool:
+    """Every line behind ``[N] `` with N counting up by one (at least 5 lines), and none of them an NCCL message:
+    a log viewer's line numbers, not the bare ``[rank] `` label of an NCCL line whose host:pid:tid was cut."""
+    if len(nonempty) < 5:
+        return False
+    prev = None
+    for s in nonempty:
+        m = _BRACKET_GUTTER.match(s)
+        if m is None:
+            return False
+        n = int(m.group(1))
+        if prev is not None and n != prev + 1:
+            return False
+        prev = n
+        if _NCCL_BODY.match(s, m.end()):
+            return False
+    return True
+
+
+_NOTE_MARKS = frozenset("*_(<[")
+_NCCL_BODY = _Rx(r"(?:[\w./-]+:\d+ )?NCCL (?:INFO|WARN|TRACE|CALL)\b")
 _LINE_HOST = _Rx(r"(?:\[[^\]]{1,40}\] ?)?([A-Za-z][\w.-]*):\d+:\d+ \[\d+\] NCCL ")

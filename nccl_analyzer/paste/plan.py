@@ -10,7 +10,7 @@ from typing import Iterable, Iterator
 
 from .boundary import _rejoin, _rejoin_words, _unglue
 from .order import _reversed
-from .rx import (_AUTOLINK, _ELISION, _FENCE, _FLUSH_HEADS, _GUTTER, _LAUNCH, _LEAD_TAGS, _LINE_LINK, _PROSE_QUOTE, _QUOTE,
+from .rx import (_AUTOLINK, _BRACKET_GUTTER, _ELISION, _FENCE, _FLUSH_HEADS, _GUTTER, _HANG_NOTE, _LAUNCH, _LEAD_TAGS, _LINE_LINK, _PROSE_QUOTE, _QUOTE,
                  _SUMMARY, _TRAIL_TAGS)
 
 
@@ -22,7 +22,7 @@ WINDOW_LINES = 200_000
 
 
 _FLAGS = ("html", "fences", "tags", "quotes", "gutter", "indent", "elisions", "links", "glued", "wrap", "stray",
-          "words", "prose", "urlenc")
+          "words", "prose", "urlenc", "notes")
 
 
 @dataclass(slots=True)
@@ -34,6 +34,7 @@ class Plan:
     tags: bool = False
     quotes: bool = False
     gutter: bool = False
+    bracketed: bool = False  # the gutter is "[N] " (a log viewer's), not "N | "
     indent: bool = False
     elisions: bool = False
     links: bool = False
@@ -42,6 +43,7 @@ class Plan:
     stray: bool = False
     words: bool = False  # an exception's message word-wrapped (at ``width``): its pieces are joined with a space
     prose: bool = False  # sentences that quote a whole log line ("I get `[E... file.cpp:N] ...` when ...")
+    notes: bool = False  # a reader's "*hangs*" / "<nothing, forever>" line: blanked, it is no program output
     urlenc: bool = False  # lines percent-encoded as in a URL ("undefined%20symbol:%20ncclCommRegister")
     width: int = 0  # the width a hard wrap cut lines at (or the word wrap broke them at)
     hosts: frozenset[str] = frozenset()  # NCCL host names seen at line starts (where a glued head begins)
@@ -125,11 +127,15 @@ class Plan:
                     s = m.group(2)  # the log line the sentence quotes (evidence keeps the sentence)
             r[1] = s
         if self.gutter:
-            _strip_gutter(rows)
+            _strip_gutter(rows, _BRACKET_GUTTER if self.bracketed else _GUTTER)
         if self.elisions:
             for r in rows:
                 if r[1] and _ELISION.match(r[1]):
                     r[4] = 2
+        if self.notes:
+            for r in rows:
+                if r[1] and len(r[1]) < 48 and _HANG_NOTE.match(r[1]):
+                    r[1], r[4] = "", 1
         if self.indent or self.fences or self.quotes or self.tags:
             _dedent([r for r in rows if r[4] != 2])  # an elision inside an indented block does not split it
         for r in rows:
@@ -174,10 +180,10 @@ def _unlink(m: re.Match) -> str:
     return text if target.rstrip("/") == text.rstrip("/") else m.group(0)
 
 
-def _strip_gutter(rows: list[list]) -> None:
+def _strip_gutter(rows: list[list], gutter=_GUTTER) -> None:
     for r in rows:
         s = r[1]
-        m = _GUTTER.match(s)
+        m = gutter.match(s)
         if m:
             r[1] = s[m.end():]
 

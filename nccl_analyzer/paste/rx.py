@@ -44,6 +44,15 @@ _TRAIL_TAGS = _Rx(r"(?:[ \t]*(?:" + _TAGS + r"))+[ \t]*$", re.I)
 _QUOTE = _Rx(r"(?:[ \t]{0,3}>(?: |$|(?=>)))+")
 # A gutter: "12 | text", "12| text", "  12: text", "12<TAB>text" (the number is checked to count up).
 _GUTTER = _Rx(r"[ \t]*(\d{1,7})(?: ?\| ?|: |:$|\t| ?│ ?)")
+# A log viewer's bracketed gutter: "[1744] text" (web log viewers, CI consoles). A rank label looks the same ("[3] NCCL
+# INFO ..."), so it is taken only where the numbers count up line by line and no line behind one is an NCCL message.
+_BRACKET_GUTTER = _Rx(r"\[(\d{1,7})\](?: |$)")
+# A reader's note that the program hung, in marks of its own: "*hangs*", "<hangs here>", "(stuck here)", "<nothing,
+# forever>". No program prints that; it is the paste's absence of output put in words, not output (a hang's
+# "the program printed nothing after its stage lines" must still hold with it).
+_HANG_NOTE = _Rx(r"[ \t]*[*_(<\[]+[ \t]*(?:(?:it|process|program|job|training|everything|then|and|still)[ \t]+)*"
+                 r"(?:hangs?|hung|stuck|freezes|frozen|nothing(?:[ \t,]+(?:more|happens|forever))*|no (?:more )?output)"
+                 r"(?:[ \t]+(?:here|forever|indefinitely|after this|at this point))?[ \t.!]*[*_)>\]]+[ \t]*$", re.I)
 _ELISION = _Rx(
     r"[ \t]*(?:\[\s*(?:\.{3,}|…|snip(?:ped)?|truncated|omitted|cut|more|\.\.\. ?\d+ (?:more )?lines?[\w ]*)[^\]]{0,40}\]"
     r"|\.{3,}|…|<\s*(?:snip(?:ped)?|\.{3,}|…)\s*>|\(\s*(?:\.{3,}|…|snip(?:ped)?)\s*\)|--\s*snip\s*--"
