@@ -174,3 +174,19 @@ def test_a_1_rank_nccl_job_keeps_world_size_1():
     d, _ = _diag(_init(700, "0x1", "START") + _init(700, "0x1", "COMPLETE") + "step 0 loss 0.3\ndone\n")
     assert d.root_cause is None
     assert d.job.world_size == 1
+
+
+def test_a_victim_s_exit_after_its_own_traceback_stays_a_listed_consequence():
+    # rank 0 raises, rank 1 loses it in gloo and exits 1 with its own traceback: both exits are listed, as the
+    # exceptions' consequences, and the explanation still names rank 1 a victim
+    log = (_tb(0, "KeyError: 'labels'") + _failed(0, 5000)
+           + _tb(1, "RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:547] Connection closed by "
+                    "peer [127.0.0.1]:53385")
+           + f"E1204 10:00:05.200000 900 {_ELASTIC}:986] failed (exitcode: 1) local_rank: 1 (pid: 5001) of binary: "
+             "/usr/bin/python3\n")
+    d, root = _diag(log)
+    assert root == "app_exception" and d.root_cause.ranks == (0,)
+    own = [f for f in d.findings if f.rule == "elastic-child-failed-own-traceback"]
+    assert own and {r for f in own for r in f.ranks} == {0, 1}
+    assert all(f.rule != "elastic-child-failed" for f in d.findings)
+    assert "Rank 1 then failed as a consequence" in d.root_cause.explanation
