@@ -284,6 +284,13 @@ class JobBuilder(NcclHandlers, TorchHandlers):
         if (job.world_size is None or self.world_inferred) and job.ranks and max(job.ranks) < MAX_WORLD:
             job.world_size = max(job.ranks) + 1
             self.world_inferred = True
+        elif job.ranks and job.world_size and job.world_size <= max(job.ranks) < MAX_WORLD \
+                and "foreign_communicators" not in job.extra:
+            # Every NCCL communicator seen is smaller than the job (a rank past its nranks printed, or torchrun
+            # reported, something): subgroups (dist.new_subgroups, one 1-rank NCCL group per process beside a gloo
+            # default group), not the world. The world is then what the ranks seen say, no line states it.
+            job.world_size = max(job.ranks) + 1
+            self.world_inferred = True
         for r, coll in self.collectives.items():
             info = self._rank(r)
             info.last_collective = {k: v for k, v in coll.items() if k not in ("line", "path")}
