@@ -231,3 +231,34 @@ def test_store_wait_inside_init_process_group_stays_a_rendezvous_failure():
     log = _store_tb(0, _INIT_WAIT, "/default_pg/0//cpu//0/2") + _store_tb(1, _INIT_WAIT, "/default_pg/0//cpu//0/2")
     d, rid = _root(log)
     assert rid == "rendezvous_unreachable", d.root_cause
+
+
+# -- 8. the store's host timed out with only its own client joined: the other ranks never connected -------------
+def _spawn_host_timeout(joined: int, world: int) -> str:
+    sp = "/usr/lib/python3.11/site-packages/torch/multiprocessing/spawn.py"
+    return ("Traceback (most recent call last):\n"
+            '  File "/srv/job/train.py", line 40, in <module>\n    mp.spawn(worker, args=(world,), nprocs=world, join=True)\n'
+            f'  File "{sp}", line 296, in start_processes\n    while not context.join():\n'
+            f'  File "{sp}", line 211, in join\n    raise ProcessRaisedException(msg, error_index, failed_process.pid)\n'
+            "torch.multiprocessing.spawn.ProcessRaisedException: \n\n-- Process 0 terminated with the following error:\n"
+            "Traceback (most recent call last):\n"
+            '  File "/usr/lib/python3.11/site-packages/torch/multiprocessing/spawn.py", line 90, in _wrap\n    fn(i, *args)\n'
+            '  File "/srv/job/train.py", line 20, in worker\n    dist.init_process_group("gloo", init_method=url, rank=rank, world_size=world)\n'
+            '  File "/usr/lib/python3.11/site-packages/torch/distributed/rendezvous.py", line 199, in _create_c10d_store\n'
+            "    return TCPStore(\n"
+            f"torch.distributed.DistStoreError: Timed out after 31 seconds waiting for clients. {joined}/{world} clients joined.\n")
+
+
+def test_store_host_alone_names_the_ranks_that_never_connected():
+    connect = ("[E1204 08:00:10.100000000 socket.cpp:1028] [c10d] The client socket has timed out after 30000ms while "
+               "trying to connect to (127.0.0.1, 41000).\n")
+    d, rid = _root(connect + _spawn_host_timeout(1, 3))
+    assert rid == "rendezvous_unreachable", d.root_cause
+    assert d.root_cause.rule == "torch-store-clients-missing"
+    assert list(d.root_cause.ranks) == [1, 2]
+    assert 19 in _lines(d)  # the host's DistStoreError line
+
+
+def test_store_host_with_some_clients_joined_names_no_missing_rank():
+    d, rid = _root(_spawn_host_timeout(3, 4))
+    assert d.root_cause is None or d.root_cause.rule != "torch-store-clients-missing", d.root_cause
