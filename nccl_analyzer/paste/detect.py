@@ -123,7 +123,8 @@ def plan_for(lines: list[str]) -> Plan | None:
     # structured logging: one JSON object per line (python-json-logger, structlog, a JSON formatter of the
     # program's own); a record's multi-line field (the "exc" / "exc_info" / "stack" text logging puts the formatted
     # traceback in) holds its lines as "\\n" escapes
-    plan.jsonl = "{" in starts and sum(1 for s in lines if s[:2] == '{"' and s.rstrip()[-1:] == "}") >= 2
+    plan.jsonl = ('\n{"' in text or text[:2] == '{"') \
+        and sum(1 for s in lines if s[:2] == '{"' and s.rstrip()[-1:] == "}") >= 2
     if not (decorated or plan.elisions or plan.glued or plan.wrap or plan.words or plan.urlenc or plan.jsonl
             or _reversed_text(near, lines)):
         return None
