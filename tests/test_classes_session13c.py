@@ -262,3 +262,36 @@ def test_store_host_alone_names_the_ranks_that_never_connected():
 def test_store_host_with_some_clients_joined_names_no_missing_rank():
     d, rid = _root(_spawn_host_timeout(3, 4))
     assert d.root_cause is None or d.root_cause.rule != "torch-store-clients-missing", d.root_cause
+
+
+# -- 9. a communication error raised out of backward is DDP's gradient all_reduce ---------------------------------
+_TIMEOUT = ("RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting "
+            "8000ms for recv operation to complete")
+
+
+def _backward_tb(rank: int, exc: str) -> str:
+    p = f"[rank{rank}]: "
+    lib = "/usr/lib/python3.11/site-packages/torch"
+    return (f"{p}Traceback (most recent call last):\n{p}  File \"/srv/job/train.py\", line 90, in train\n"
+            f"{p}    loss.backward()\n{p}  File \"{lib}/_tensor.py\", line 623, in backward\n"
+            f"{p}    torch.autograd.backward(\n{p}  File \"{lib}/autograd/__init__.py\", line 395, in backward\n"
+            f"{p}    _engine_run_backward(\n{p}  File \"{lib}/autograd/graph.py\", line 979, in _engine_run_backward\n"
+            f"{p}    return Variable._execution_engine.run_backward(\n{p}{exc}\n")
+
+
+def test_ranks_in_backward_while_one_waits_in_barrier_is_that_ranks_mismatch():
+    log = (_STEPS + _backward_tb(0, _TIMEOUT) + _tb(1, "dist.barrier()", _TIMEOUT, inner="barrier")
+           + _backward_tb(2, _TIMEOUT))
+    d, rid = _root(log)
+    assert rid == "collective_mismatch", d.root_cause
+    assert list(d.root_cause.ranks) == [1]
+    assert 16 in _lines(d)  # the first traceback that shows the different collectives (rank 0's exception)
+
+
+def test_an_autograd_error_in_backward_is_no_collective():
+    exc = ("RuntimeError: one of the variables needed for gradient computation has been modified by an inplace "
+           "operation")
+    log = _STEPS + _backward_tb(0, exc) + _tb(1, "dist.barrier()", _TIMEOUT, inner="barrier")
+    d, rid = _root(log)
+    assert rid == "app_exception", d.root_cause
+    assert list(d.root_cause.ranks) == [0]
