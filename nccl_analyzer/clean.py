@@ -49,6 +49,9 @@ _ROLE = re.compile(r"\[([A-Za-z_][\w-]*?)(\d+)(?:\|\d+)?\]:")
 #                                     around torchrun's tag with an empty role name ("[{role}{local_rank}]:")
 _TORCHX = re.compile(r"[A-Za-z_][\w-]*/\d+ (?=\[(?:[A-Za-z_][\w-]*?)?\d+(?:\|\d+)?\]:)")
 _EMPTY_ROLE = re.compile(r"\[(\d+)\]:")
+# A hand-rolled launcher's or a collector's own label ("[r1] ", "[node-a] ", sed 's/^/[rN] /') in front of torch's
+# "[rankN]:" / torchrun's "[defaultN]:" prefix: outside everything the job prints (only taken off before one of those)
+_OUTER_LABEL = re.compile(r"\[[\w.-]{1,24}\] (?=\[(?:rank\d+|[A-Za-z_][\w-]*?\d+(?:\|\d+)?)\]:)")
 # A whole line set in Markdown bold or code by whoever pasted it ("**RuntimeError: NCCL communicator was aborted
 # ...**", "`[rank1]:[E ...] Watchdog caught ...`"), inside or outside a launcher's prefix: the marks are the paste's.
 _EMPHASIS = re.compile(r"(\*\*|`)(?=[^\s*`])(.*[^\s*`])\1\s*$")  # not glog's "*** SIGSEGV ... ***"
@@ -252,6 +255,11 @@ def _clean_full(s: str, src: Source, lineno: int, truncated: bool = False) -> Li
                 if m and (_looks_like_srun_payload(s, m.end()) or _SRUN.match(s, m.end())) \
                         and not _NCCL_DEV_HEAD.match(s, m.end()):
                     s = s[m.end():]  # (an srun label behind the tag is checked for its own payload below)
+        if s.startswith("[") and not s.startswith("[rank"):
+            if "] [" in s[:28]:
+                m = _OUTER_LABEL.match(s)
+                if m:
+                    s = s[m.end():]
         if s.startswith("[") and not s.startswith("[rank"):
             m = _ROLE.match(s)
             if m:

@@ -251,7 +251,19 @@ def traceback_collective(ev: Event) -> str | None:
             m = re.search(r'distributed_c10d\.py", line \d+, in (\w+)', str(line))
             if m and m.group(1) in COLLECTIVE_FUNCS:
                 name = m.group(1)
+    if name is None and ev.get("comm_error") and frames and isinstance(frames[-1], dict) \
+            and _AUTOGRAD_ENGINE.search(f"{frames[-1].get('file')}:{frames[-1].get('function')}"):
+        # DDP's Reducer all-reduces the gradient buckets from C++ autograd hooks (torch/csrc/distributed/c10d/
+        # reducer.cpp): no Python frame of it shows, so a communication error raised out of the autograd engine's
+        # backward with no distributed_c10d frame is that gradient all_reduce (FSDP's hooks are Python: their
+        # reduce_scatter frame shows and is taken above)
+        name = "all_reduce"
     return name
+
+
+# The autograd engine's entry as the innermost Python frame of a backward (torch >= 2.1: graph.py's
+# _engine_run_backward; before: autograd/__init__.py backward calling Variable._execution_engine.run_backward)
+_AUTOGRAD_ENGINE = re.compile(r"torch/autograd/(?:graph\.py:_engine_run_backward|__init__\.py:backward)$")
 
 
 def _error_evidence(ev: Event) -> Evidence:

@@ -196,6 +196,28 @@ def store_server_rank(ctx: PredContext, frames: str = "", host_rank: int = 0, **
     return PredResult(bound={"server_who": f"rank {host_rank}, which starts the TCPStore server"}, ranks=(host_rank,))
 
 
+_JOINED = re.compile(r"waiting for clients\. (\d+)/(\d+) clients joined")
+
+
+@predicate
+def store_clients_missing(ctx: PredContext, **args: Any) -> PredResult | None:
+    """The ranks that never reached the TCPStore server, from the server's own timeout: ``TCPStore::waitForWorkers``
+    (the server started with ``wait_for_workers``, as init_process_group's env:// and tcp:// rendezvous start it in
+    the rank that hosts it) raises "Timed out after N seconds waiting for clients. k/W clients joined", counting
+    the server's own client. Where only that one joined (k == 1) and the server's rank is known, every other rank
+    of the W never connected: they are the ones that could not reach it (a wrong port or address). Otherwise
+    (k > 1: which ones joined is not said) None."""
+    b = ctx.builder
+    for ev in ctx.events:
+        m = _JOINED.search(str(field_value(ev, "body") or ev.text))
+        host = b.rank_of(ev)
+        if m is None or host is None or int(m.group(1)) != 1 or not 1 < int(m.group(2)) <= 4096:
+            continue
+        missing = tuple(r for r in range(int(m.group(2))) if r != host)
+        return PredResult(bound={"missing_who": _rank_list(missing)}, ranks=missing, evidence=[ev])
+    return None
+
+
 # ProcessGroupWrapper::runCollectiveChecks (TORCH_DISTRIBUTED_DEBUG=DETAIL) logs, before every checked collective,
 # `LOG(INFO) << "[Rank " << getRank() << "] Running collective: " << fingerprint`, then all-gathers the serialized
 # fingerprints over gloo and raises "Detected mismatch between collectives on ranks" when any rank's differs (op

@@ -126,7 +126,13 @@ def plan_for(lines: list[str]) -> Plan | None:
     if not plan.words:
         plan.width = _wrap_width(head)
     plan.wrap = not plan.words and plan.width > 0
+    # structured logging: one JSON object per line (python-json-logger, structlog, a JSON formatter of the
+    # program's own); a record's multi-line field (the "exc" / "exc_info" / "stack" text logging puts the formatted
+    # traceback in) holds its lines as "\\n" escapes
+    plan.jsonl = ('\n{"' in text or text[:2] == '{"') \
+        and sum(1 for s in lines if s[:2] == '{"' and s.rstrip()[-1:] == "}") >= 2
     if not (decorated or plan.elisions or plan.notes or plan.glued or plan.wrap or plan.words or plan.urlenc
+            or plan.jsonl
             or _reversed_text(near, lines)):
         return None
     return plan

@@ -22,7 +22,7 @@ WINDOW_LINES = 200_000
 
 
 _FLAGS = ("html", "fences", "tags", "quotes", "gutter", "indent", "elisions", "links", "glued", "wrap", "stray",
-          "words", "prose", "urlenc", "notes")
+          "words", "prose", "urlenc", "notes", "jsonl")
 
 
 @dataclass(slots=True)
@@ -45,6 +45,7 @@ class Plan:
     prose: bool = False  # sentences that quote a whole log line ("I get `[E... file.cpp:N] ...` when ...")
     notes: bool = False  # a reader's "*hangs*" / "<nothing, forever>" line: blanked, it is no program output
     urlenc: bool = False  # lines percent-encoded as in a URL ("undefined%20symbol:%20ncclCommRegister")
+    jsonl: bool = False  # JSON-lines records: a multi-line string field (a logged traceback) is unpacked to lines
     width: int = 0  # the width a hard wrap cut lines at (or the word wrap broke them at)
     hosts: frozenset[str] = frozenset()  # NCCL host names seen at line starts (where a glued head begins)
     count: int = 0  # lines read so far (sources.iter_source reports it as the source's line count)
@@ -83,6 +84,12 @@ class Plan:
                 for part in text.split("\n"):
                     yield lineno, part, raw, truncated
                 continue
+            if self.jsonl and text[:2] == '{"' and "\\n" in text:
+                parts = _json_record(text)
+                if parts is not None:
+                    for part in parts:
+                        yield lineno, part, raw, truncated
+                    continue
             if self.glued and len(text) > 8:
                 parts = _unglue(text, self.hosts)
                 if parts is not None:
@@ -146,6 +153,27 @@ class Plan:
                 m = _FLUSH_HEADS.match(s, cut)
                 if m:
                     r[1] = s[:cut] + s[m.end():]
+
+
+def _json_record(s: str) -> list[str] | None:
+    """A JSON-lines record with a multi-line string field, as the lines a plain formatter would print: the record
+    without those fields, then each field's lines (logging.Formatter.format appends the formatted exception after
+    the message). None when the line is no JSON object or has no such field."""
+    import json  # only JSON-lines sources need it
+
+    try:
+        rec = json.loads(s)
+    except ValueError:
+        return None
+    if not isinstance(rec, dict):
+        return None
+    multi = [k for k, v in rec.items() if isinstance(v, str) and "\n" in v]
+    if not multi:
+        return None
+    out = [json.dumps({k: v for k, v in rec.items() if k not in multi}, ensure_ascii=False)]
+    for k in multi:
+        out += [_printable(part) for part in rec[k].rstrip("\n").split("\n")]
+    return out
 
 
 def _unescape(s: str) -> str:
