@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from nccl_analyzer.engine import TAXONOMY_IDS, load_rules, run_example
+from nccl_analyzer.engine import TAXONOMY_IDS, check_rules, load_rules, run_example
 from nccl_analyzer.engine.loader import rule_files
 from nccl_analyzer.resources import rules_dir
 
@@ -17,6 +17,11 @@ EXAMPLES = [pytest.param(r, ex, id=f"{r.id}-{ex.expect}@{ex.line}") for r in RUL
 def test_rule_example(rule, example):
     got = run_example(rule, example)
     assert got == (example.expect == "match"), f"{rule.path}:{example.line}: expected {example.expect}"
+
+
+def test_shipped_rules_have_no_problems():
+    # what `nccl-analyze rules test` reports: unknown or self-explaining `explains` ids, examples that crash or fail
+    assert [f"{p.path}:{p.line}: {p.message}" for p in check_rules(RULES)] == []
 
 
 def test_every_taxonomy_id_has_a_root_rule():
