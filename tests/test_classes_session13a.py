@@ -248,3 +248,47 @@ def test_development_cases(name, want, rule):
     assert got == want
     if rule:
         assert got_rule == rule
+
+
+# -- launch failures of Open MPI, Slurm, pdsh and Horovod's gloo runner: error lines, never "no failure" -------------
+@pytest.mark.parametrize("log,want", [
+    ("There are not enough slots available in the system to satisfy the 16\nslots that were requested by the "
+     "application:\n", "other"),
+    ("mpirun was unable to launch the specified application as it could not access\nor execute an executable:\n",
+     "app_exception"),
+    ("It looks like MPI_INIT failed for some reason; your parallel process is\nlikely to abort.\n", "other"),
+    ("An ORTE daemon has unexpectedly failed after launch and before\ncommunicating back to mpirun.\n",
+     "rendezvous_unreachable"),
+    ("mpirun has exited due to process rank 5 with PID 0 on\nnode gpu2 exiting improperly.\n", "peer_exit"),
+    ("srun: error: Unable to create step for job 88123: More processors requested than permitted\n", "other"),
+    ("slurmstepd: error: execve(): train.sh: No such file or directory\n", "app_exception"),
+    ("srun: error: Node failure on gpu-r07\n", "peer_exit"),
+    ("pdsh@gpu-a0: gpu-a3: ssh exited with exit code 255\n", "rendezvous_unreachable"),
+    ("pdsh@gpu-a0: gpu-a3: ssh exited with exit code 1\n", "peer_exit"),
+    ("Process 2 exit with status code 1.\nTerminating remaining workers after failure of Process 2.\n", "peer_exit"),
+    ("Process 2 exit with status code -9.\n", "host_oom"),
+])
+def test_launcher_failure_texts_are_failures(log, want):
+    d, root = _root(log)
+    assert root == want
+    assert d.root_cause.evidence and d.root_cause.evidence[0].line == 1
+
+
+@pytest.mark.parametrize("log", [
+    "srun: Step created for StepId=88123.0\n",
+    "Process 2 exit with status code 0.\n",
+    "pdsh@gpu-a0: gpu-a3: connected\n",
+])
+def test_launcher_healthy_texts_are_no_failure(log):
+    _, root = _root(log)
+    assert root is None
+
+
+def test_pdsh_deepspeed_runner_line_is_read(tmp_path):
+    f = tmp_path / "ds.log"
+    f.write_text("gpu-a1: [2024-01-01 10:00:00,123] [ERROR] [launch.py:321:sigkill_handler] ['/usr/bin/python', '-u', "
+                 "'train.py', '--local_rank=3'] exits with return code = 1\n"
+                 "pdsh@gpu-a0: gpu-a1: ssh exited with exit code 1\n")
+    d = analyze([str(f)])
+    assert d.root_cause.rule == "elastic-child-failed"
+    assert sorted(d.root_cause.ranks) == [3]

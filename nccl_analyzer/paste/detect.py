@@ -194,6 +194,9 @@ def _gutter_in_prose(lines: list[str]) -> bool:
 # a dot or a hyphen as host names have: "node1" / "node2", "worker-0", "gpu-st-p4d-1").
 _NODE_LABEL = _Rx(r"([A-Za-z][\w.-]{0,62}): (?=\S)")
 _PDSH_OWN = _Rx(r"pdsh@[\w.-]+: ")
+# DeepSpeed's logger head ("[%(asctime)s] [%(levelname)s] [%(filename)s:%(lineno)d:%(funcName)s] "), what its
+# launcher prints on every node behind pdsh's label
+_DS_HEAD = _Rx(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\] \[(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\] \[[\w.-]+:\d+:\w+\] ")
 
 
 def _pdsh_nodes(nonempty: list[str]) -> frozenset[str]:
@@ -204,7 +207,9 @@ def _pdsh_nodes(nonempty: list[str]) -> frozenset[str]:
     for s in nonempty:
         m = _NODE_LABEL.match(s)
         if m is None:
-            confirmed = confirmed or _PDSH_OWN.match(s) is not None
+            if _PDSH_OWN.match(s) is not None:
+                confirmed = True  # pdsh's own report ("pdsh@node0: node1: ssh exited with exit code 1")
+                labelled += 1
             continue
         label = m.group(1)
         labelled += 1
@@ -214,6 +219,8 @@ def _pdsh_nodes(nonempty: list[str]) -> frozenset[str]:
         rest = s[m.end():]
         if rest.startswith(label + ":") and rest[len(label) + 1:len(label) + 2].isdigit():
             confirmed = True  # "node1: node1:15874:17284 [4] NCCL INFO ...": the label is the host NCCL names
+        elif rest[:1] == "[" and _DS_HEAD.match(rest):
+            confirmed = True  # "node1: [2024-01-01 10:00:00,123] [INFO] [launch.py:...] ...": DeepSpeed's runner
     if labelled * 10 < len(nonempty) * 8:
         return frozenset()
     hostlike = len(labels) >= 2 and all(any(c.isdigit() or c in ".-" for c in k) for k in labels)
