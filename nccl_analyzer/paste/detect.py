@@ -204,6 +204,7 @@ def _pdsh_nodes(nonempty: list[str]) -> frozenset[str]:
     labels: dict[str, int] = {}
     labelled = 0
     confirmed = False
+    other = False  # a labelled line that is not an NCCL record of the label's host (those the NCCL parser reads as is)
     for s in nonempty:
         m = _NODE_LABEL.match(s)
         if m is None:
@@ -219,10 +220,12 @@ def _pdsh_nodes(nonempty: list[str]) -> frozenset[str]:
         rest = s[m.end():]
         if rest.startswith(label + ":") and rest[len(label) + 1:len(label) + 2].isdigit():
             confirmed = True  # "node1: node1:15874:17284 [4] NCCL INFO ...": the label is the host NCCL names
-        elif rest[:1] == "[" and _DS_HEAD.match(rest):
-            confirmed = True  # "node1: [2024-01-01 10:00:00,123] [INFO] [launch.py:...] ...": DeepSpeed's runner
-    if labelled * 10 < len(nonempty) * 8:
-        return frozenset()
+        else:
+            other = True
+            if rest[:1] == "[" and _DS_HEAD.match(rest):
+                confirmed = True  # "node1: [2024-01-01 10:00:00,123] [INFO] [launch.py:...] ...": DeepSpeed's runner
+    if labelled * 10 < len(nonempty) * 8 or not other:
+        return frozenset()  # (only "node1: node1:pid:tid [d] NCCL ..." lines: the raw path reads them already)
     hostlike = len(labels) >= 2 and all(any(c.isdigit() or c in ".-" for c in k) for k in labels)
     return frozenset(labels) if confirmed or hostlike else frozenset()
 
