@@ -292,3 +292,11 @@ def test_pdsh_deepspeed_runner_line_is_read(tmp_path):
     d = analyze([str(f)])
     assert d.root_cause.rule == "elastic-child-failed"
     assert sorted(d.root_cause.ranks) == [3]
+
+
+def test_logger_names_are_no_node_labels():
+    lines = ["torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: 1) local_rank: 0 (pid: 7) of "
+             "binary: /usr/bin/python",
+             "torch.distributed.elastic.multiprocessing.errors: [ERROR] see the traceback above"]
+    plan = plan_for(lines)
+    assert plan is None or not plan.nodes

@@ -190,8 +190,8 @@ def _gutter_in_prose(lines: list[str]) -> bool:
 # the label alone only for an IPv4 node; a host name followed by ": " cannot be told from a program's own "Error: "
 # or "WARNING: " on one line. Over a source's head it can: nearly every line carries one of a few such labels, and
 # the labels are host names (an NCCL head behind a label names the same host, "node1: node1:15874:17284 [4] NCCL
-# INFO ...", or pdsh's own "pdsh@<node>: <node>: ..." lines are there, or there are several labels, each with a digit,
-# a dot or a hyphen as host names have: "node1" / "node2", "worker-0", "gpu-st-p4d-1").
+# INFO ...", or pdsh's own "pdsh@<node>: <node>: ..." lines are there, or DeepSpeed's logger head follows a label, or
+# there are several labels, each with a digit or a hyphen as host names have: "node1" / "node2", "worker-0").
 _NODE_LABEL = _Rx(r"([A-Za-z][\w.-]{0,62}): (?=\S)")
 _PDSH_OWN = _Rx(r"pdsh@[\w.-]+: ")
 # DeepSpeed's logger head ("[%(asctime)s] [%(levelname)s] [%(filename)s:%(lineno)d:%(funcName)s] "), what its
@@ -226,7 +226,8 @@ def _pdsh_nodes(nonempty: list[str]) -> frozenset[str]:
                 confirmed = True  # "node1: [2024-01-01 10:00:00,123] [INFO] [launch.py:...] ...": DeepSpeed's runner
     if labelled * 10 < len(nonempty) * 8 or not other:
         return frozenset()  # (only "node1: node1:pid:tid [d] NCCL ..." lines: the raw path reads them already)
-    hostlike = len(labels) >= 2 and all(any(c.isdigit() or c in ".-" for c in k) for k in labels)
+    # (a dot alone is no host name's mark: "torch.distributed.elastic.multiprocessing.api: [ERROR] ..." is a logger)
+    hostlike = len(labels) >= 2 and all(any(c.isdigit() or c == "-" for c in k) for k in labels)
     return frozenset(labels) if confirmed or hostlike else frozenset()
 
 
