@@ -176,33 +176,3 @@ def rank_started_twice(ctx: PredContext) -> PredResult | None:
                                      "world_size": size},
                               ranks=twice, evidence=[e for r in twice for e in by_rank[r][:2]][:4])
     return None
-
-
-@predicate
-def ranks_never_started(ctx: PredContext, **args: Any) -> PredResult | None:
-    """Some global ranks of the world were stated by no process while every stated rank was stated once: the matched
-    events state each process's global rank and the world size (a launcher's start-up line, once per process), so
-    the processes of the missing ranks never started (or started with another world). ``quiet_after``: the program
-    printed nothing of its own after the last statement (no training output: the world never assembled; a log of
-    one node's processes that then trains is not this). Blames the missing ranks; binds ``never_ranks``,
-    ``started_ranks``, ``n_started`` and ``world_size``."""
-    from .hang import _progress_after
-
-    seen: dict[int, dict[int, list]] = {}  # world size -> global rank -> the events stating it
-    for ev in ctx.events:
-        size, rank = field_value(ev, "size"), field_value(ev, "global_rank")
-        if isinstance(size, int) and isinstance(rank, int) and 0 <= rank < size:
-            seen.setdefault(size, {}).setdefault(rank, []).append(ev)
-    for size, by_rank in sorted(seen.items()):
-        if size < 2 or any(len(evs) >= 2 for evs in by_rank.values()):
-            continue  # a rank stated twice: launcher-rank-started-twice, or a restart
-        never = tuple(r for r in range(size) if r not in by_rank)
-        if not never:
-            continue
-        evs = sorted((e for es in by_rank.values() for e in es), key=lambda e: (e.path, e.line))
-        if args.get("quiet_after") and _progress_after(ctx.builder, [evs[-1]], []):
-            return None
-        return PredResult(bound={"never_ranks": _rank_list(never), "started_ranks": _rank_list(tuple(sorted(by_rank))),
-                                 "n_started": len(by_rank), "world_size": size},
-                          ranks=never, evidence=evs[:4])
-    return None
