@@ -86,6 +86,8 @@ def plan_for(lines: list[str]) -> Plan | None:
     if not plan.gutter and first[:1] == "[" and first[1:2].isdigit():
         nonempty = nonempty or [s for s in lines if s.strip()]
         plan.gutter = plan.bracketed = _has_bracket_gutter(nonempty)
+    if first[:1].isalpha() and _NODE_LABEL.match(first):
+        plan.nodes = _pdsh_nodes([s for s in lines if s.strip()])
     # GitHub's auto-links ("[net_ib.cc:101](http://net_ib.cc:101/)") are made in rendered text: quoted or plain
     plan.links = (plan.quotes or plan.indent) and "](http" in near and _AUTOLINK.search(text) is not None
     if text.find("\u2026") >= 0 or "." in starts or "<" in starts or "[" in starts and "\n[..." in near \
@@ -109,7 +111,7 @@ def plan_for(lines: list[str]) -> Plan | None:
     plan.prose = len(lines) < _PROSE_LINES and any(c in near for c in "\"`\u201c") \
         and _QUOTED_HEAD.search(near) is not None and _PROSE_QUOTE_NEAR.search(near) is not None
     decorated = plan.fences or plan.tags or plan.html or plan.quotes or plan.indent or plan.gutter or plan.links \
-        or plan.stray or plan.prose
+        or plan.stray or plan.prose or bool(plan.nodes)
     # a paste that lost its line breaks: several NCCL records run together on one line (a raw log writes one per line)
     plan.glued = plan.glued or text.count(" NCCL ") > 2 and any(s.count(" NCCL ") > 2 for s in lines)
     if decorated or plan.glued:
@@ -193,6 +195,52 @@ def _gutter_in_prose(lines: list[str]) -> bool:
             runs.append([])
     blocks = [r for r in runs if r and _GUTTER.match(r[0]) and _GUTTER.match(r[0]).group(1) == "1"]
     return bool(blocks) and all(_has_gutter(r) for r in blocks)
+
+
+# pdsh (and DeepSpeed's multi-node runner, which runs the ranks of each node through it) writes "<node>: " before
+# every line a node prints (pdsh's output module: "%s: %s", the host name as given in the host list). clean.py takes
+# the label alone only for an IPv4 node; a host name followed by ": " cannot be told from a program's own "Error: "
+# or "WARNING: " on one line. Over a source's head it can: nearly every line carries one of a few such labels, and
+# the labels are host names (an NCCL head behind a label names the same host, "node1: node1:15874:17284 [4] NCCL
+# INFO ...", or pdsh's own "pdsh@<node>: <node>: ..." lines are there, or DeepSpeed's logger head follows a label, or
+# there are several labels, each with a digit or a hyphen as host names have: "node1" / "node2", "worker-0").
+_NODE_LABEL = _Rx(r"([A-Za-z][\w.-]{0,62}): (?=\S)")
+_PDSH_OWN = _Rx(r"pdsh@[\w.-]+: ")
+# DeepSpeed's logger head ("[%(asctime)s] [%(levelname)s] [%(filename)s:%(lineno)d:%(funcName)s] "), what its
+# launcher prints on every node behind pdsh's label
+_DS_HEAD = _Rx(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\] \[(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\] \[[\w.-]+:\d+:\w+\] ")
+
+
+def _pdsh_nodes(nonempty: list[str]) -> frozenset[str]:
+    """The node labels of a pdsh-prefixed source's head (``nonempty`` lines), or an empty set."""
+    labels: dict[str, int] = {}
+    labelled = 0
+    confirmed = False
+    other = False  # a labelled line that is not an NCCL record of the label's host (those the NCCL parser reads as is)
+    for s in nonempty:
+        m = _NODE_LABEL.match(s)
+        if m is None:
+            if _PDSH_OWN.match(s) is not None:
+                confirmed = True  # pdsh's own report ("pdsh@node0: node1: ssh exited with exit code 1")
+                labelled += 1
+            continue
+        label = m.group(1)
+        labelled += 1
+        labels[label] = labels.get(label, 0) + 1
+        if len(labels) > 64:
+            return frozenset()
+        rest = s[m.end():]
+        if rest.startswith(label + ":") and rest[len(label) + 1:len(label) + 2].isdigit():
+            confirmed = True  # "node1: node1:15874:17284 [4] NCCL INFO ...": the label is the host NCCL names
+        else:
+            other = True
+            if rest[:1] == "[" and _DS_HEAD.match(rest):
+                confirmed = True  # "node1: [2024-01-01 10:00:00,123] [INFO] [launch.py:...] ...": DeepSpeed's runner
+    if labelled * 10 < len(nonempty) * 8 or not other:
+        return frozenset()  # (only "node1: node1:pid:tid [d] NCCL ..." lines: the raw path reads them already)
+    # (a dot alone is no host name's mark: "torch.distributed.elastic.multiprocessing.api: [ERROR] ..." is a logger)
+    hostlike = len(labels) >= 2 and all(any(c.isdigit() or c == "-" for c in k) for k in labels)
+    return frozenset(labels) if confirmed or hostlike else frozenset()
 
 
 def _rank_rank(text: str) -> bool:

@@ -22,7 +22,7 @@ WINDOW_LINES = 200_000
 
 
 _FLAGS = ("html", "fences", "tags", "quotes", "gutter", "indent", "elisions", "links", "glued", "wrap", "stray",
-          "words", "prose", "urlenc", "notes", "jsonl")
+          "words", "prose", "urlenc", "notes", "jsonl", "nodes")
 
 
 @dataclass(slots=True)
@@ -48,6 +48,7 @@ class Plan:
     jsonl: bool = False  # JSON-lines records: a multi-line string field (a logged traceback) is unpacked to lines
     width: int = 0  # the width a hard wrap cut lines at (or the word wrap broke them at)
     hosts: frozenset[str] = frozenset()  # NCCL host names seen at line starts (where a glued head begins)
+    nodes: frozenset[str] = frozenset()  # pdsh's "<node>: " labels in front of every line (detect._pdsh_nodes)
     count: int = 0  # lines read so far (sources.iter_source reports it as the source's line count)
 
     def reasons(self) -> list[str]:
@@ -128,6 +129,10 @@ class Plan:
             if self.links and "](" in s:
                 m = _LINE_LINK.match(s) if s[:1] == "[" else None
                 s = m.group(1) if m else _AUTOLINK.sub(_unlink, s)
+            if self.nodes and s[:1].isalpha():
+                i = s.find(": ", 1, 66)
+                if i > 0 and s[:i] in self.nodes:
+                    s = s[i + 2:]  # pdsh's node label (the node's name is not a rank; NCCL's head names the host)
             if self.prose and s[:1].isalpha():
                 m = _PROSE_QUOTE.match(s)
                 if m:

@@ -235,13 +235,16 @@ def _log_prefix(text: str) -> dict | None:
 def _enrich(fields: dict, cont: list[str]) -> None:
     """Fields from the continuation lines of a message (NCCL error detail, CUDA error text, C++ backtrace,
     desync report, flight-recorder stack)."""
-    expect_last = False
+    # a record that is only the "Last error:" head (the NCCL error line before it cut off or pasted apart): its text
+    # is the first continuation line, as below
+    expect_last = fields.get("form") == "last_error" and not fields.get("last_error")
     cpp = 0
     stack: list[dict] = []
     desync: list[str] = []
     for t in cont:
         if expect_last:
-            fields.setdefault("last_error", t.strip())
+            if not fields.get("last_error"):
+                fields["last_error"] = t.strip()
             expect_last = False
             continue
         if t.startswith("nccl") or t.startswith("Unknown NCCL error!"):
