@@ -162,7 +162,9 @@ def test_consequence_the_root_does_not_explain_keeps_its_own_role():
     assert rc.rule == "torch-nccl-system-error" and rc.ranks == (0,)
     roles = {f.rule: (f.role, f.ranks) for f in d.findings}
     assert roles["elastic-sigterm-teardown"] == ("cascade", (1, 3))  # a consequence on other ranks
-    assert roles["elastic-child-failed"] == ("symptom", (0, 2))  # not a consequence rule, not explained
+    assert roles["elastic-child-failed"] == ("symptom", (2,))  # not a consequence rule, not explained
+    # rank 0's exit is explained by its own traceback (session 13d): kept in the report, under its own rule
+    assert roles["elastic-child-failed-own-traceback"] == ("symptom", (0,))
     assert {r: i.role for r, i in d.job.ranks.items()} == {0: "culprit", 1: "victim", 2: "victim", 3: "victim"}
 
 
