@@ -47,3 +47,33 @@ def test_agent_records_before_an_earlier_failure_do_not_hide_later_output():
     log = _restart("step 1 loss 0.6\n") + _restart("".join(f"step {i} loss 0.5{i}\n" for i in range(1, 6)))
     d, rid = _root(log)
     assert rid is None
+
+
+# -- 2. Lightning's start-up lines show rank 0 and part of the world, then the log stops -------------------------
+def _members(ranks, size, old=False):
+    head = "initializing ddp" if old else "Initializing distributed"
+    return "".join(f"{head}: GLOBAL_RANK: {r}, MEMBER: {r + 1}/{size}\n" for r in ranks)
+
+
+def test_world_short_at_end_names_the_missing_ranks():
+    log = "GPU available: True, used: True\n" + _members([2, 0, 1, 3], 8, old=True)
+    d, rid = _root(log)
+    assert rid == "rendezvous_unreachable"
+    assert d.root_cause.rule == "launcher-world-short-at-end"
+    assert d.root_cause.ranks == (4, 5, 6, 7)
+    assert sorted(e.line for e in d.root_cause.evidence) == [2, 3, 4, 5]
+
+
+def test_world_assembled_is_no_hang():
+    log = _members([0, 1], 4) + ("-" * 80 + "\ndistributed_backend=nccl\n"
+                                 "All distributed processes registered. Starting with 4 processes\n" + "-" * 80 + "\n")
+    _, rid = _root(log)
+    assert rid is None
+
+
+def test_other_nodes_log_and_full_world_do_not_match():
+    assert _root(_members([4, 5, 6, 7], 8))[1] is None  # node 1's log: rank 0's wait is not shown here
+    assert _root(_members([0, 1, 2, 3], 4))[1] is None  # every rank announced
+    # NCCL lines after the start-up lines: the store rendezvous completed, NCCL is initialising
+    log = _members([0, 1], 4) + "node1:77:77 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>\n"
+    assert _root(log)[1] is None
