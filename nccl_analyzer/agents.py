@@ -28,7 +28,7 @@ SIGTERM = "torch.elastic.sigterm"
 class ElasticAgents:
     """What torchrun's agents logged about their workers: which agents, which worker pids, which local ranks."""
 
-    __slots__ = ("agents", "workers", "local_ranks", "hosts", "top", "failed", "kinds")
+    __slots__ = ("agents", "workers", "local_ranks", "hosts", "top", "failed", "kinds", "nodes")
 
     def __init__(self, worker_failed: frozenset[str] = frozenset()) -> None:
         """``worker_failed``: the kinds of the agent's per-worker failure line (``Tables.worker_failed``)."""
@@ -38,6 +38,10 @@ class ElasticAgents:
         self.workers: set[int] = set()  # worker pids the agents named (teardown and failures)
         self.local_ranks: set[int] = set()  # local ranks of failed workers and of workers' tagged output
         self.hosts: set[str] = set()
+        # pdsh's node labels the input's lines carried (sources.Source.nodes): pdsh runs the command on a list of
+        # nodes, and DeepSpeed's runner uses it only for a job of more than one node, so a local rank under such a
+        # label ("node2: [default0]:", "gpu-a1: ... '--local_rank=3'") is one node's worker, not a global rank
+        self.nodes: frozenset[str] = frozenset()
         self.top = -1  # the highest global rank any other event of the input carries (JobBuilder.add sets it)
 
     def add(self, ev: Event) -> None:
@@ -63,7 +67,7 @@ class ElasticAgents:
     def one_node(self, builder: "JobBuilder") -> bool:
         """Whether the input shows one node only: at most one agent and one host, and no rank, communicator or
         world size larger than the agent's own workers (torchrun names every worker it stops or loses)."""
-        if len(self.agents) > 1 or len(self.hosts | set(builder.hosts)) > 1:
+        if len(self.agents) > 1 or len(self.hosts | set(builder.hosts)) > 1 or self.nodes:
             return False
         local = max(len(self.workers), max(self.local_ranks, default=-1) + 1)
         if local <= 0:

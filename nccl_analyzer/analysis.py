@@ -125,6 +125,7 @@ class Analyzer:
                 if progress is not None and not line.lineno & 0xFFF:
                     progress.update(done_before + line.lineno)
             self.flush(src.path, keep=False)
+            self.builder.agents.nodes |= src.nodes  # (pdsh's labels: local ranks of several nodes)
             return
         self.builder.lines.register(src)  # (a plain file: evidence may refer to its lines, lineref.py)
         stream = self._streams.get(src.path)

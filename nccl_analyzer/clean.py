@@ -67,6 +67,8 @@ _PDSH_IP = re.compile(r"(?:25[0-5]|2[0-4]\d|1?\d?\d)(?:\.(?:25[0-5]|2[0-4]\d|1?\
 #   (RayWorkerVllm pid=7046) / (WorkerDict pid=123, ip=10.0.0.1) / (pid=909608) / (raylet)
 #                                     Ray's log monitor: which actor/worker printed the line (no rank)
 #   [1,3]<stderr>:                    mpirun --tag-output ([jobid,rank]<stream>:); the rank is kept
+#   [3]<stderr>:                      Horovod's gloo runner (safe_shell_exec prefix_stream: "[{index}]<{stream}>:",
+#                                     index = the worker's global rank); the rank is kept
 #   ERROR 04-07 00:57:46 ray_utils.py:45]   vLLM's per-line logger head (also "[file.py:45] ", v0.8+)
 #   (head, rank=0, pid=2514) / (worker1, rank=1, pid=2388, ip=10.0.0.2) / (task, pid=18593)
 #                                     SkyPilot's per-node tee of a task's output (a comma after the node name)
@@ -79,7 +81,7 @@ _BARE_SGR = re.compile(r" ?\[\d{1,3}(?:;\d{1,3})*m")
 _STREAM_TAG = re.compile(r"[\w.@:-]+ \[(?:stdout|stderr)\] ")
 _CLOCK = re.compile(r"\d\d:\d\d:\d\d(?:[.,]\d{1,6})? (?=\[(?:rank\d|[A-Za-z_]*\d+\]:|[FEWI]\d{4} ))")
 _TQDM_GLUED = re.compile(r"[^\[]*\d+/\d+ \[[^\]\[]*(?:s/it|it/s)[^\]\[]*\](?=\[(?:rank\d|[FEWI]\d{4} |[FEWI] [\w.]+:\d+\]|[A-Za-z_]+\d+\]:))")
-_MPI_TAG = re.compile(r"\[\d+,(\d+)\]<(?:stdout|stderr|stddiag)>:")
+_MPI_TAG = re.compile(r"\[(?:\d+,)?(\d+)\]<(?:stdout|stderr|stddiag)>:")
 _VLLM_HEAD = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w.-]+:\d+\] ")
 # What follows "[3] " when it is the device of a cut NCCL head ("[3] NCCL INFO ...", "[3] init.cc:12 NCCL WARN"): the
 # parser reads the device from it, so it is not a launcher tag.

@@ -44,6 +44,7 @@ class Source:
     cut_lines: int = 0  # lines longer than MAX_LINE, cut to it
     first_cut: int = 0  # 1-based number of the first such line (0: none)
     fast: bool = True  # raw lines may take the fast path (triage.py); False where lines are rewritten first
+    nodes: frozenset[str] = frozenset()  # pdsh's node labels taken off its lines (paste.Plan.nodes): a multi-node run
 
     def note_cut(self, lineno: int) -> None:
         """Count one over-long line cut to ``MAX_LINE`` (``lineno``: its number in this source)."""
@@ -395,6 +396,7 @@ def iter_source(src: Source) -> Iterator[Line]:
                 line.raw = raw
                 yield line
             lineno = plan.count
+            src.nodes = plan.nodes
             head = rest = ()
         for items in (head, rest):  # the rest straight from the reader (a chain would cost ~1% per line)
             for s, truncated in items:

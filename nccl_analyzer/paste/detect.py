@@ -214,15 +214,21 @@ _DS_HEAD = _Rx(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\] \[(?:DEBUG|INFO|WARNIN
 def _pdsh_nodes(nonempty: list[str]) -> frozenset[str]:
     """The node labels of a pdsh-prefixed source's head (``nonempty`` lines), or an empty set."""
     labels: dict[str, int] = {}
+    named: set[str] = set()  # labels the source confirms as hosts: NCCL's head names it, or pdsh's own line does
     labelled = 0
     confirmed = False
     other = False  # a labelled line that is not an NCCL record of the label's host (those the NCCL parser reads as is)
     for s in nonempty:
         m = _NODE_LABEL.match(s)
         if m is None:
-            if _PDSH_OWN.match(s) is not None:
+            m = _PDSH_OWN.match(s)
+            if m is not None:
                 confirmed = True  # pdsh's own report ("pdsh@node0: node1: ssh exited with exit code 1")
                 labelled += 1
+                n = _NODE_LABEL.match(s, m.end())
+                if n is not None:
+                    named.add(n.group(1))
+                    labels[n.group(1)] = labels.get(n.group(1), 0) + 1
             continue
         label = m.group(1)
         labelled += 1
@@ -232,15 +238,36 @@ def _pdsh_nodes(nonempty: list[str]) -> frozenset[str]:
         rest = s[m.end():]
         if rest.startswith(label + ":") and rest[len(label) + 1:len(label) + 2].isdigit():
             confirmed = True  # "node1: node1:15874:17284 [4] NCCL INFO ...": the label is the host NCCL names
+            named.add(label)
         else:
             other = True
             if rest[:1] == "[" and _DS_HEAD.match(rest):
                 confirmed = True  # "node1: [2024-01-01 10:00:00,123] [INFO] [launch.py:...] ...": DeepSpeed's runner
+                named.add(label)
     if labelled * 10 < len(nonempty) * 8 or not other:
         return frozenset()  # (only "node1: node1:pid:tid [d] NCCL ..." lines: the raw path reads them already)
-    # (a dot alone is no host name's mark: "torch.distributed.elastic.multiprocessing.api: [ERROR] ..." is a logger)
-    hostlike = len(labels) >= 2 and all(any(c.isdigit() or c == "-" for c in k) for k in labels)
-    return frozenset(labels) if confirmed or hostlike else frozenset()
+    # Only the labels that are host names: a program's own "RuntimeError: ..." / "subprocess.CalledProcessError: ..."
+    # between pdsh's lines has the same shape (an unlabelled traceback of the launching node), and taking it for a
+    # node would cut the exception off its line. A node's label is on many lines of its output; a host name has a
+    # digit or a hyphen ("node1", "worker-0") or is one the source confirms; an exception type ends in Error /
+    # Exception / Warning; a dotted Python name ("torch.distributed.DistBackendError") is no host unless confirmed.
+    nodes = frozenset(k for k, n in labels.items() if n >= 2 and (k in named or _hostlike(k)))
+    hostlike = len(nodes) >= 2 and all(_hostlike(k) for k in nodes)
+    return nodes if (confirmed and nodes) or hostlike else frozenset()
+
+
+_EXC_NAME = _Rx(r"(?:[\w]+\.)*\w*(?:Error|Exception|Warning|Interrupt|Exit)$")
+
+
+def _hostlike(label: str) -> bool:
+    """A node label that reads as a host name: a digit or a hyphen in its first name, not an exception's type and
+    not a dotted Python identifier whose parts have no digit ("torch.distributed.elastic.multiprocessing.api")."""
+    if _EXC_NAME.match(label):
+        return False
+    first = label.split(".", 1)[0]
+    if not any(c.isdigit() or c == "-" for c in first):
+        return False
+    return True
 
 
 def _rank_rank(text: str) -> bool:
