@@ -26,6 +26,7 @@ _FRAME_FIELDS = frozenset(("frames_text", "frames_code", "last_frame_file", "las
 _NUM = re.compile(r"0x[0-9a-fA-F]+|\d+")
 _PY = ("python.traceback", "python.exception")
 _TRACE = "nccl.error.trace"
+_XID = "system.xid"  # an NVRM Xid line: its PCI device is a GPU
 _NONE: frozenset[str] = frozenset()
 
 
@@ -51,6 +52,7 @@ class _Err:
     goes_on: str | None = None  # its outermost frame prints it and carries on (events.toml [caught] goes_on)
     quoted: bool = False  # a traceback the program printed as text (events.toml [caught] quoted)
     parent: "_Err | None" = None
+    device: str | None = None  # the PCI device ("bb:dd") a line whose meaning needs it to be a GPU names
 
     @property
     def body(self) -> str:
@@ -69,6 +71,12 @@ def _body_at(text: str, body: str) -> Any:
     """``body`` as ``_Err.body_at``: its offset in ``text`` when ``text`` ends with it (NCCL's and torch's messages
     are the end of their line: 75% of the lines kept at 400 ranks), else ``body`` itself."""
     return len(text) - len(body) if body and text.endswith(body) else body
+
+
+def _pci(addr: str) -> str:
+    """A PCI address as "bb:dd" (no domain, no function): "0000:3B:00.0", "3b:00.0", "0000:3b:00" -> "3b:00"."""
+    parts = addr.lower().split(".")[0].split(":")
+    return ":".join(parts[-2:])
 
 
 def _body(ev: Event) -> str:
@@ -98,6 +106,7 @@ class ErrorLedger:
         self._quoted: list[_Err] = []  # quoted tracebacks: they count as such only where the launcher's records are
         self.restarts = Restarts(*self.t.restarted)  # torchelastic restarts the job got past (restarts.py)
         self._recovered: dict[str, int] = {}  # path -> the last line of its recovered attempts (settle)
+        self.gpus: set[str] = set()  # PCI devices ("bb:dd") the input names as GPUs (NCCL's busId, NVRM Xid lines)
 
     def reads(self, kind: str) -> bool:
         """Whether events of ``kind`` can change what the ledger accounts for (triage.py may skip the others)."""
@@ -114,6 +123,9 @@ class ErrorLedger:
 
     def add(self, ev: Event) -> None:
         kind = ev.kind
+        gpu = ev.fields.get("pci_bus_id") or (ev.fields.get("pci") if kind == _XID else None)
+        if gpu and len(self.gpus) < self.cap:
+            self.gpus.add(_pci(str(gpu)))
         if self.restarts.reads(kind):
             self.restarts.add(ev)
         if ev.path not in self.launcher and self.t.caught_quoted_with and self._launcher_kind(kind):
@@ -169,6 +181,11 @@ class ErrorLedger:
                    goes_on=self._goes_on(ev) if kind in self.t.caught_kinds else None,
                    quoted=kind in self.t.caught_kinds and self.t.caught_quoted is not None
                    and bool(ev.fields.get(self.t.caught_quoted)))
+        if entry.subtable == "text":
+            text_entry = next((e for e in self.t.text if e.name == ev.fields.get("family")), None)
+            for g in text_entry.gpu_device if text_entry is not None else ():
+                if ev.fields.get(g):
+                    err.device = _pci(str(ev.fields[g]))
         if err.quoted and self.t.caught_quoted_with:
             self._quoted.append(err)
         if ev.pid is not None:
@@ -250,6 +267,10 @@ class ErrorLedger:
         exceptions after which the rank went on (in that order; see events.toml ``[caught]``)."""
         for e in self._quoted:
             e.quoted = e.path in self.launcher
+        for e in self.errors:  # a line about a PCI device that must be a GPU (messages gpu_device): is it one?
+            if e.device is not None and e.device not in self.gpus:
+                m = e.meaning
+                e.meaning = Meaning("other", None, m.entry, f"PCI device {e.device} is no GPU this input names", m.retry)
         by_path: dict[str, list[_Err]] = {}
         for e in self.errors:
             by_path.setdefault(e.path, []).append(e)

@@ -56,6 +56,9 @@ class _Entry:
     teardown: str | None = None
     # the NCCL return-code traces the same process printed just before this line are this failure on its way up
     absorbs_traces: bool = False
+    # a [[line]]'s regex groups naming the PCI device the line is about: the entry's id holds only where that device
+    # is a GPU the input names (NCCL's busId, an NVRM Xid line); any other device's line means "other"
+    gpu_device: tuple[str, ...] = ()
 
     def meaning(self) -> Meaning:
         return Meaning(self.id, self.harmless, f"{self.table}:{self.name}", self.note, self.retry, self.teardown)
@@ -246,7 +249,9 @@ def _entry(raw: dict[str, Any], table: str, where: str, seen: set[str]) -> _Entr
                   via=raw.get("via"), subtable=sub, retry=bool(raw.get("retry", False)),
                   formats=tuple(raw.get("formats", ())),
                   teardown=str(raw["teardown"]) if raw.get("teardown") else None,
-                  absorbs_traces=bool(raw.get("absorbs_traces", False)))
+                  absorbs_traces=bool(raw.get("absorbs_traces", False)),
+                  gpu_device=(raw["gpu_device"],) if isinstance(raw.get("gpu_device"), str)
+                  else tuple(raw.get("gpu_device", ())))
 
 
 def _read(path: Path) -> dict[str, Any]:

@@ -200,10 +200,42 @@ def test_missing_cuda_symbol_stays_cuda_error():
     "[  262.094625] amdgpu 0000:03:00.0: AMD-Vi: Event logged [IO_PAGE_FAULT domain=0x0010 address=0x64a7f000 flags=0x0000]",
 ])
 def test_iommu_dma_fault_is_p2p(line):
-    log = "[1478401.486621] DMAR: DRHD: handling fault status reg 502\n" + line + "\n"
+    # the faulting device is a GPU the input names (NCCL's busId; review fix 3: the PCI address alone is any device)
+    gpus = "".join(f"node1:100:100 [{r}] NCCL INFO comm 0x5500 rank {r} nranks 4 cudaDev {r} nvmlDev {r} busId {b} "
+                   f"commId 0xabc1 - Init START\n" for r, b in enumerate(["2000", "81000", "3b000", "41000"]))
+    log = gpus + "[1478401.486621] DMAR: DRHD: handling fault status reg 502\n" + line + "\n"
     d, root = _root(log)
     assert root == "p2p_ipc"
+    assert _lines(d) == [6]
+
+
+# -- review fix 3: an Intel DMAR fault names a PCI address, of whatever device ----------------------------------------
+_NVME_DMAR = ("[  812.004512] DMAR: DRHD: handling fault status reg 2\n"
+              "[  812.004520] DMAR: [DMA Read NO_PASID] Request device [3b:00.0] fault addr 0xfffd0000 [fault reason 0x06] PTE Read access is not set\n"
+              "[  812.004600] nvme nvme0: I/O 12 QID 3 timeout, aborting\n")
+
+
+def test_dmar_fault_of_a_device_no_gpu_of_the_input_is_not_p2p():
+    d, root = _root(_NVME_DMAR)
+    assert root == "other"
     assert _lines(d) == [2]
+
+
+def test_dmar_fault_of_another_device_than_the_named_gpus_is_not_p2p():
+    log = ("node1:100:100 [0] NCCL INFO comm 0x5500 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1b000 commId 0xabc1 - Init START\n"
+           + _NVME_DMAR)
+    d, root = _root(log)
+    assert root == "other"
+
+
+@pytest.mark.parametrize("gpu", [
+    "node1:100:100 [0] NCCL INFO comm 0x5500 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 3b000 commId 0xabc1 - Init START",
+    "node1:100:100 [0] NCCL INFO comm 0x5500 rank 0 nranks 2 cudaDev 0 busId 3b000 - Init COMPLETE",
+])
+def test_dmar_fault_of_a_gpu_the_input_names_is_p2p(gpu):
+    d, root = _root(gpu + "\n" + _NVME_DMAR)
+    assert root == "p2p_ipc"
+    assert _lines(d) == [3]
 
 
 def test_iommu_fault_of_a_usb_or_sata_controller_is_not_p2p():
@@ -221,8 +253,10 @@ def test_iommu_boot_messages_are_healthy():
 
 
 def test_fixture_dmesg_dmar_faults():
+    # review fix 3: the dmesg names no GPU (no NCCL line, no NVRM line): that 02:00.0 / 82:00.0 are the GPUs is the
+    # reporter's prose, not the log's, so the faults are read as "other" (the label p2p_ipc is no longer reached)
     d = analyze([str(FIX / "blind15h/tensorflow32654_mirrored_4gpu_polling_hang_dmesg_dmar_pte_write_faults")])
-    assert d.root_cause.id == "p2p_ipc"
+    assert d.root_cause.id == "other"
     assert _lines(d)[0] == 2
 
 

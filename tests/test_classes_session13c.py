@@ -295,3 +295,31 @@ def test_an_autograd_error_in_backward_is_no_collective():
     d, rid = _root(log)
     assert rid == "app_exception", d.root_cause
     assert list(d.root_cause.ranks) == [0]
+
+
+# -- review fix 7: the store host's missing clients are named only from the store-creating process's traceback ------
+def test_store_timeout_line_without_the_store_creation_frames_names_no_missing_clients():
+    # a bare "[rank0]: ... 1/4 clients joined" line: that rank 0 started the server is not shown (the start code
+    # named ranks 1..3 from this one line)
+    d = analyze_text("[rank0]: torch.distributed.DistStoreError: Timed out after 31 seconds waiting for clients. "
+                     "1/4 clients joined.\n")
+    assert d.root_cause is not None
+    assert d.root_cause.rule != "torch-store-clients-missing"
+    assert not any(f.rule == "torch-store-clients-missing" for f in d.findings)
+
+
+# -- review fix 6: the agent's SIGTERMs are counted per attempt (a restart starts a new set) -------------------------
+def test_an_earlier_attempt_s_sigterms_do_not_make_a_later_minus_15_outside():
+    # attempt 1: worker 900 failed (exit 1), the agent SIGTERMed 901; torchelastic restarted the group; attempt 2:
+    # worker 905 ended by SIGTERM, and the agent sent no SIGTERM in that attempt: nothing shows it tore attempt 2
+    # down, so that SIGTERM is not shown to be from outside (the start code kept one set for both attempts)
+    log = _STEPS + _sigterm(901) + _failed(0, 1, 900) + _failed(0, -15, 905)
+    d, _ = _root(log)
+    assert not any(f.rule == "elastic-child-outside-sigterm" for f in d.findings)
+
+
+def test_the_same_attempt_s_sigterms_still_make_a_minus_15_outside():
+    log = _STEPS + _sigterm(901) + _failed(0, 1, 900) + _sigterm(906) + _failed(1, -15, 905)
+    d, _ = _root(log)
+    f = next(f for f in d.findings if f.rule == "elastic-child-outside-sigterm")
+    assert log.count("\n") in [e.line for e in f.evidence]

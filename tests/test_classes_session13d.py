@@ -190,3 +190,28 @@ def test_a_victim_s_exit_after_its_own_traceback_stays_a_listed_consequence():
     assert own and {r for f in own for r in f.ranks} == {0, 1}
     assert all(f.rule != "elastic-child-failed" for f in d.findings)
     assert "Rank 1 then failed as a consequence" in d.root_cause.explanation
+
+
+# -- review fix 4: with several torchrun agents (nodes), "local_rank: K" is no global rank --------------------------
+def _agent_failed(agent: int, t: str, local_rank: int, pid: int) -> str:
+    return (f"E1203 13:45:{t} {agent} {_ELASTIC}:869] failed (exitcode: 1) local_rank: {local_rank} (pid: {pid}) "
+            "of binary: /usr/bin/python\n")
+
+
+def test_a_global_rank_s_traceback_does_not_cancel_other_agents_local_rank_failures():
+    # two agents (two nodes) each report local_rank 0; the [rank0]: traceback is global rank 0, of one of them: the
+    # other node's first failure (agent 911, earlier, no traceback) stays (the start code cancelled both)
+    log = (_tb(0, "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+                  "ProcessGroupNCCL.cpp:3356, remote process exited or there was a network error, NCCL version 2.21.5")
+           + _agent_failed(497, "15.847000", 0, 648) + _agent_failed(911, "14.100000", 0, 1210))
+    d, root = _diag(log)
+    assert root == "peer_exit"
+    lines = sorted(ln for f in d.findings for ln in (e.line for e in f.evidence))
+    assert 5 in lines and 6 in lines
+    assert any(f.rule == "elastic-child-failed" for f in d.findings)
+
+
+def test_one_agent_s_local_rank_failure_is_still_cancelled_by_its_rank_s_traceback():
+    # one agent (one node): local rank 0 is global rank 0; its traceback says why (a guard of the none_scope)
+    d, _ = _diag(_tb(0, "KeyError: 'labels'") + _agent_failed(497, "15.847000", 0, 648))
+    assert not any(f.rule == "elastic-child-failed" for f in d.findings)

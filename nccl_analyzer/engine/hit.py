@@ -253,7 +253,8 @@ def quote(events: list[Event], bound: dict[str, Any] | None = None) -> tuple[Evi
 def _cancel_same_rank(per_slot: dict[int, list[tuple[int, Event, dict[str, Any]]]], none_idx: list[int],
                       builder: "JobBuilder") -> dict[int, list[tuple[int, Event, dict[str, Any]]]]:
     """``none_scope = "rank"``: a ``none`` match cancels the matches of its own rank only (a match of no known rank:
-    those of its input file). Returns the other slots' matches that stay."""
+    those of its input file; an agent's local-rank line where several agents are seen: none). Returns the other
+    slots' matches that stay."""
     ranks: set[int] = set()
     paths: set[str] = set()
     for i in none_idx:
@@ -264,6 +265,10 @@ def _cancel_same_rank(per_slot: dict[int, list[tuple[int, Event, dict[str, Any]]
             paths.add(it[1].path)
     if not paths:
         return per_slot
+    # A torchrun agent's line names its worker by LOCAL rank (``local_rank: K``); with several agents in the input
+    # (nodes) the global rank it stands for is unknown (agents.py), so a traceback of global rank N is not known to be
+    # that worker's: such a line is not cancelled by its input file (one agent: local rank = the input's ranks).
+    several = len(builder.agents.agents) > 1
     out = {}
     for i, items in per_slot.items():
         if i in none_idx:
@@ -271,7 +276,9 @@ def _cancel_same_rank(per_slot: dict[int, list[tuple[int, Event, dict[str, Any]]
         keep = []
         for it in items:
             r = builder.rank_of(it[1])
-            if not (r in ranks if r is not None else it[1].path in paths):
+            if r is None and several and it[1].fields.get("local_rank") is not None:
+                keep.append(it)
+            elif not (r in ranks if r is not None else it[1].path in paths):
                 keep.append(it)
         out[i] = keep
     return out

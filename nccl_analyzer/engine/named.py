@@ -197,6 +197,8 @@ def store_server_rank(ctx: PredContext, frames: str = "", host_rank: int = 0, **
 
 
 _JOINED = re.compile(r"waiting for clients\. (\d+)/(\d+) clients joined")
+#: torch/distributed/rendezvous.py's store creation: the frames of the process that hosts the TCPStore server
+_STORE_FRAMES = re.compile(r"_create_c10d_store|TCPStore\(")
 
 
 @predicate
@@ -206,12 +208,18 @@ def store_clients_missing(ctx: PredContext, **args: Any) -> PredResult | None:
     the rank that hosts it) raises "Timed out after N seconds waiting for clients. k/W clients joined", counting
     the server's own client. Where only that one joined (k == 1) and the server's rank is known, every other rank
     of the W never connected: they are the ones that could not reach it (a wrong port or address). Otherwise
-    (k > 1: which ones joined is not said) None."""
+    (k > 1: which ones joined is not said) None. Only a traceback whose frames show the store being created
+    (``_create_c10d_store`` / ``TCPStore(``: the process that raised it started the server, so its rank is the
+    host's) names them; a bare message line (whose process is not shown to be the server's) does not. The ranks
+    are taken as 0..W-1 with the host's rank being the event's (an mp.spawn index is the rank where the program
+    passes rank = index, as usual, but that is not checked)."""
     b = ctx.builder
     for ev in ctx.events:
         m = _JOINED.search(str(field_value(ev, "body") or ev.text))
         host = b.rank_of(ev)
         if m is None or host is None or int(m.group(1)) != 1 or not 1 < int(m.group(2)) <= 4096:
+            continue
+        if not _STORE_FRAMES.search(str(field_value(ev, "frames_text") or "")):
             continue
         missing = tuple(r for r in range(int(m.group(2))) if r != host)
         return PredResult(bound={"missing_who": _rank_list(missing)}, ranks=missing, evidence=[ev])
