@@ -28,24 +28,16 @@ class Restarts:
     final: frozenset[str]
     min_lines: int = 3
     restart: frozenset[str] = frozenset()  # the agent's own "will restart worker group" line
-    agent: frozenset[str] = frozenset()  # event kinds that may be the agent's own records of restarting
-    agent_msg: Any = None  # compiled regex on such an event's ``msg``: the agent restarting (no worker output)
-    last_agent: dict[str, int] = field(default_factory=dict)  # path -> the agent's last restart record
     last_failed: dict[str, int] = field(default_factory=dict)
     last_success: dict[str, int] = field(default_factory=dict)
     ended_failed: set[str] = field(default_factory=set)
     restarted: set[str] = field(default_factory=set)  # paths that show the agent restarting a worker group
 
     def reads(self, kind: str) -> bool:
-        return kind in self.restart or kind in self.failed or kind in self.succeeded or kind in self.final \
-            or kind in self.agent
+        return kind in self.restart or kind in self.failed or kind in self.succeeded or kind in self.final
 
     def add(self, ev: Any) -> None:
         kind, path, end = ev.kind, ev.path, ev.end_line or ev.line
-        if kind in self.agent and self.agent_msg is not None and path in self.restarted \
-                and self.agent_msg.search(str(ev.fields.get("msg") or "")):
-            self.last_agent[path] = max(end, self.last_agent.get(path, 0))
-            return
         if kind in self.restart:
             self.restarted.add(path)
         if kind in self.failed:
@@ -70,9 +62,7 @@ class Restarts:
             # clean output after a failed worker alone is no restart: a log cut before torchrun's report, with other
             # ranks' output after it, reads the same (tests/test_robustness.py, the noise transformation)
             return None
-        # the agent's own records of the restart (stopping the workers, the rendezvous and its Result block,
-        # starting the workers) are no output of the next attempt: only lines after the last of them are
-        after = last_line - max(cut, self.last_agent.get(path, 0))
+        after = last_line - cut
         if after < self.min_lines or any(n > cut and not harmless for n, harmless in error_lines):
             return None
         return cut, (f"a failed attempt torchelastic restarted: {after} more lines of output follow line "

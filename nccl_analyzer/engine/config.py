@@ -176,33 +176,3 @@ def rank_started_twice(ctx: PredContext) -> PredResult | None:
                                      "world_size": size},
                               ranks=twice, evidence=[e for r in twice for e in by_rank[r][:2]][:4])
     return None
-
-
-@predicate
-def world_short_at_end(ctx: PredContext) -> PredResult | None:
-    """The launcher's start-up lines (one per process, before init_process_group: PyTorch Lightning's
-    ``Initializing distributed: GLOBAL_RANK: r, MEMBER: r+1/N``) show global rank 0 and fewer than N ranks, each
-    once, and the input they are in printed nothing of its own after the last of them (rank 0's ``All distributed
-    processes registered`` comes only once every rank has joined its store): rank 0 still waits in the rendezvous
-    for the ranks not shown. Blames those ranks. Fails when it cannot tell (no remembered program output)."""
-    b = ctx.builder
-    tails = b.text_tail
-    if tails is None:
-        return None
-    seen: dict[int, dict[int, list]] = {}
-    for ev in ctx.events:
-        size, rank = field_value(ev, "size"), field_value(ev, "global_rank")
-        if isinstance(size, int) and isinstance(rank, int) and 0 <= rank < size:
-            seen.setdefault(size, {}).setdefault(rank, []).append(ev)
-    for size, by_rank in sorted(seen.items()):
-        if 0 not in by_rank or len(by_rank) >= size or any(len(v) > 1 for v in by_rank.values()):
-            continue
-        evs = sorted((e for v in by_rank.values() for e in v), key=lambda e: (e.path, e.line))
-        last = max(evs, key=lambda e: e.line)
-        if any(t > last.line for t in tails.get(last.path, [])):
-            continue  # the program went on printing: the world assembled (or another run follows)
-        never = tuple(r for r in range(size) if r not in by_rank)
-        return PredResult(bound={"present": _rank_list(tuple(sorted(by_rank))), "missing": _rank_list(never),
-                                 "world_size": size, "n_present": len(by_rank)},
-                          ranks=never, evidence=evs[:4])
-    return None
