@@ -8,15 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from nccl_analyzer.analysis import analyze, analyze_text
+from class_helpers import root as _root
+from nccl_analyzer.analysis import analyze
 from nccl_analyzer.paste.detect import plan_for
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
-
-
-def _root(log: str):
-    d = analyze_text(log)
-    return d, (d.root_cause.id if d.root_cause else None)
 
 
 def _fixture(name: str):

@@ -11,15 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from class_helpers import root as _root
 from nccl_analyzer.analysis import analyze, analyze_text
 
 _MP = "torch/distributed/elastic/multiprocessing/api.py"
 _C10D = "/usr/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
-
-
-def _root(log: str):
-    d = analyze_text(log)
-    return d, (d.root_cause.id if d.root_cause else None)
 
 
 def _lines(d) -> list[int]:

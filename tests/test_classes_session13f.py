@@ -8,14 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from nccl_analyzer.analysis import analyze, analyze_text
+from class_helpers import root as _root
+from nccl_analyzer.analysis import analyze
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
-
-
-def _root(log: str):
-    d = analyze_text(log)
-    return d, (d.root_cause.id if d.root_cause else None)
 
 
 def _closed_before_magic(prefix: str, magic_line: int, finalize_line: int, state_line: int, caller: str) -> str:
