@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import datetime
+import gc
 import logging
 import os
 import sys
@@ -89,6 +90,15 @@ def torchrun_mode(mode: str) -> None:
         dist.barrier()
     if rank == 0:
         print("training finished", flush=True)
+    _teardown()
+
+
+def _teardown() -> None:
+    """The end of a job that succeeded: every rank done with its last collective before any rank tears its group
+    down (torch 2.13's gloo otherwise aborts now and then at exit under load: "terminate called without an active
+    exception", exit -6, which would make a healthy run a failing one)."""
+    gc.collect()  # the DDP model (its reducer holds the group) is gone before the group is
+    dist.barrier()
     dist.destroy_process_group()
 
 
@@ -112,7 +122,7 @@ def spawned(rank: int, world: int) -> None:
     _train(nn.parallel.DistributedDataParallel(_model()), rank)
     if rank == 0:
         print("training finished", flush=True)
-    dist.destroy_process_group()
+    _teardown()
 
 
 def proc_main(rank: int, world: int, port: str) -> None:
