@@ -101,8 +101,8 @@ class Tables:
     caught_quoted_with: tuple[str, ...] = ()  # kind globs of the launcher records such a traceback needs in its input
     # events.toml [restarted]: the kinds of a failed attempt, of the agent's success line, of the final failure report;
     # the lines of output a recovered attempt needs after it (restarts.py)
-    restarted: tuple[frozenset[str], frozenset[str], frozenset[str], int, frozenset[str]] = (
-        frozenset(), frozenset(), frozenset(), 3, frozenset())
+    restarted: tuple[frozenset[str], frozenset[str], frozenset[str], int, frozenset[str], frozenset[str],
+                     re.Pattern[str] | None] = (frozenset(), frozenset(), frozenset(), 3, frozenset(), frozenset(), None)
     # events.toml [restarted] worker: the kinds of the agent's per-worker failure line (job.py keeps them for diagnose)
     worker_failed: frozenset[str] = frozenset()
     # events.toml [progress] unranked: progress kinds that settle a retried line of no known rank (ledger.py)
@@ -323,7 +323,9 @@ def build_tables(files: Iterable[Path]) -> Tables:
                   caught_quoted_with=tuple(caught.get("quoted_with", ())),
                   restarted=(frozenset(restarted.get("failed", ())), frozenset(restarted.get("succeeded", ())),
                              frozenset(restarted.get("final", ())), int(restarted.get("min_lines_after", 3)),
-                             frozenset(restarted.get("restart", ()))),
+                             frozenset(restarted.get("restart", ())), frozenset(restarted.get("agent_kinds", ())),
+                             _compile(restarted["agent_logger"], "[restarted] agent_logger")
+                             if "agent_logger" in restarted else None),
                   worker_failed=frozenset(restarted.get("worker", ())), progress_unranked=frozenset(unranked))
 
 

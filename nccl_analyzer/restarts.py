@@ -28,16 +28,28 @@ class Restarts:
     final: frozenset[str]
     min_lines: int = 3
     restart: frozenset[str] = frozenset()  # the agent's own "will restart worker group" line
+    # the agent's own bookkeeping records ("Stopping worker group", "Rendezvous'ing worker group", "Starting worker
+    # group"): kinds, and a pattern their ``logger`` field must match. Such lines after a failed attempt are no
+    # output of a new attempt's workers.
+    agent_kinds: frozenset[str] = frozenset()
+    agent_logger: Any = None
+    last_agent: dict[str, int] = field(default_factory=dict)
     last_failed: dict[str, int] = field(default_factory=dict)
     last_success: dict[str, int] = field(default_factory=dict)
     ended_failed: set[str] = field(default_factory=set)
     restarted: set[str] = field(default_factory=set)  # paths that show the agent restarting a worker group
 
     def reads(self, kind: str) -> bool:
-        return kind in self.restart or kind in self.failed or kind in self.succeeded or kind in self.final
+        return kind in self.restart or kind in self.failed or kind in self.succeeded or kind in self.final \
+            or kind in self.agent_kinds
 
     def add(self, ev: Any) -> None:
         kind, path, end = ev.kind, ev.path, ev.end_line or ev.line
+        if kind in self.agent_kinds:
+            logger = ev.fields.get("logger")
+            if self.agent_logger is not None and logger and self.agent_logger.search(str(logger)):
+                self.last_agent[path] = max(end, self.last_agent.get(path, 0))
+            return
         if kind in self.restart:
             self.restarted.add(path)
         if kind in self.failed:
@@ -62,7 +74,9 @@ class Restarts:
             # clean output after a failed worker alone is no restart: a log cut before torchrun's report, with other
             # ranks' output after it, reads the same (tests/test_robustness.py, the noise transformation)
             return None
-        after = last_line - cut
+        # count only what follows the agent's own records of the restart: a log that ends on "Starting worker group"
+        # shows no worker of the new attempt getting anywhere
+        after = last_line - max(cut, self.last_agent.get(path, 0))
         if after < self.min_lines or any(n > cut and not harmless for n, harmless in error_lines):
             return None
         return cut, (f"a failed attempt torchelastic restarted: {after} more lines of output follow line "

@@ -66,6 +66,10 @@ def format_regex(fmt: str) -> re.Pattern[str]:
             pat = r"\s*" + pat
         if pat == _ANY and out and out[-1] == _ANY:
             continue  # "(%s)%s%s%s%s": one lazy run, not five (no backtracking blow-up on a line that fails)
+        if pat == _ANY and out and out[-1].endswith(r"\s+"):
+            # " %s " printed with an empty string leaves two blanks, which a paste often makes one ("connecting to
+            # address  with family 0"): the blank before the run may be the one after it
+            out[-1] = out[-1][:-3] + r"\s*"
         out.append(pat)
     out.append(re.escape(fmt[pos:]).replace("\\ ", r"\s+"))
     return re.compile("".join(out).rstrip() + r"\s*[.!]?", re.S)
