@@ -144,3 +144,23 @@ def test_restart_that_ends_on_starting_worker_group_is_the_failure():
 def test_restart_whose_workers_then_train_is_recovered():
     assert _root(_restart(_STEPS))[1] is None
 
+
+
+# -- 9. fewer members started than the world size, and the log ends there (a rendezvous that never completes) --------
+def _members(ranks, size, head="Initializing distributed"):
+    return "".join(f"{head}: GLOBAL_RANK: {r}, MEMBER: {r + 1}/{size}\n" for r in ranks)
+
+
+def test_members_never_joined_names_the_missing_ranks():
+    d, rid = _root("GPU available: True, used: True\n" + _members(range(4), 8, "initializing ddp"))
+    assert rid == "rendezvous_unreachable"
+    assert d.root_cause.ranks == (4, 5, 6, 7) and d.root_cause.confidence <= 0.5
+
+
+def test_members_then_training_is_healthy():
+    assert _root(_members(range(4, 8), 8) + "All distributed processes registered. Starting with 8 processes\n"
+                 + _STEPS)[1] is None
+
+
+def test_all_members_started_is_not_this():
+    assert _root(_members(range(2), 2))[1] is None

@@ -176,3 +176,32 @@ def rank_started_twice(ctx: PredContext) -> PredResult | None:
                                      "world_size": size},
                               ranks=twice, evidence=[e for r in twice for e in by_rank[r][:2]][:4])
     return None
+
+
+@predicate
+def members_never_joined(ctx: PredContext) -> PredResult | None:
+    """Fewer processes stated their global rank than the world size they state (a launcher's start-up line, once
+    per process, printed before init_process_group), none of them twice, and the program printed nothing of its own
+    after the last of them: the stated ranks wait in the rendezvous for members that never came."""
+    from .hang import _progress_after
+
+    seen: dict[int, dict[int, Any]] = {}  # world size -> global rank -> the event stating it
+    for ev in ctx.events:
+        size, rank = field_value(ev, "size"), field_value(ev, "global_rank")
+        if isinstance(size, int) and isinstance(rank, int) and 0 <= rank < size:
+            if rank in seen.setdefault(size, {}):
+                return None  # a rank stated twice: a restart, or rank_started_twice's story
+            seen[size][rank] = ev
+    if len(seen) != 1:
+        return None  # two world sizes: two runs in one input
+    size, by_rank = next(iter(seen.items()))
+    if not 0 < len(by_rank) < size:
+        return None
+    last = max(by_rank.values(), key=lambda e: (e.path, e.line))
+    if _progress_after(ctx.builder, [last], []):
+        return None
+    never = tuple(r for r in range(size) if r not in by_rank)
+    joined = tuple(sorted(by_rank))
+    return PredResult(bound={"joined_ranks": _rank_list(joined), "never_ranks": _rank_list(never),
+                             "joined_n": len(joined), "world_size": size},
+                      ranks=never, evidence=[by_rank[r] for r in joined[:4]])
