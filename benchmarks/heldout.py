@@ -40,12 +40,12 @@ def score(folder: Path, verbose: bool = False) -> dict[str, int]:
             c["failing"] += 1
             c["no_failure"] += got is None
             c["wrong"] += got is not None and got != want
-        if "ranks" in label:
+        if label.get("ranks") is not None:  # "ranks": null is a label that names no culprit
             c["ranks"] += 1
             c["ranks_right"] += got == want and ranks == sorted(label["ranks"])
         if verbose:
             rk = ""
-            if "ranks" in label:
+            if label.get("ranks") is not None:
                 ok = got == want and ranks == sorted(label["ranks"])
                 rk = f"  ranks {'ok ' if ok else 'BAD'} want {sorted(label['ranks'])} got {ranks}"
             print(f"  {'ok ' if got == want else 'BAD'} {case.name:<48} want {want!s:<22} got {got}{rk}")
