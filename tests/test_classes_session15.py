@@ -164,3 +164,30 @@ def test_members_then_training_is_healthy():
 
 def test_all_members_started_is_not_this():
     assert _root(_members(range(2), 2))[1] is None
+
+
+# -- 10. Open MPI's signal report cut after its header; glog CHECK failures --------------------------------------------
+def test_ompi_signal_header_alone_is_a_crash():
+    log = ("node3:4242:4250 [0] NCCL INFO RAS client listening socket at ::1<28028>\n"
+           "[node3:4242] *** Process received signal ***\n")
+    d, rid = _root(log)
+    assert rid == "other" and [e.line for e in d.root_cause.evidence] == [2]
+
+
+def test_ompi_signal_report_with_its_signal_line_names_the_signal():
+    log = "[node3:4242] *** Process received signal ***\n[node3:4242] Signal: Segmentation fault (11)\n"
+    d, rid = _root(log)
+    assert rid == "other" and "Segmentation fault" in d.root_cause.title
+
+
+@pytest.mark.parametrize("line", [
+    "F0404 10:13:38.892127 12760 parallel.cpp:91] Check failed: result == ncclSuccess (1 vs. 0)  unhandled cuda error",
+    "_Check_ failed: result == ncclSuccess (1 vs. 0)  unhandled cuda _error_",  # markdown emphasis of a paste
+])
+def test_glog_check_failed_is_a_failure(line):
+    d, rid = _root(line + "\n")
+    assert rid is not None and d.root_cause.confidence <= 0.5
+
+
+def test_check_failed_in_prose_is_nothing():
+    assert _root("The unit test said the Check failed: but it passed on retry\n" + _STEPS)[1] is None
