@@ -71,6 +71,11 @@ def test_lightnings_start_up_lines_of_a_healthy_job_are_no_failure(tmp_path):
     ok = "".join(f"Initializing distributed: GLOBAL_RANK: {r}, MEMBER: {r + 1}/4\n" for r in (2, 0, 3, 1))
     ok += "distributed_backend=nccl\nAll distributed processes registered. Starting with 4 processes\n"
     assert _diag(tmp_path, ok).root_cause is None
-    # the pre-1.6 wording, each rank once: one node's part of a two-node job is no failure either
+    # the pre-1.6 wording, each rank once, then the node's training output: one node's part of a two-node job
     part = "".join(f"initializing ddp: GLOBAL_RANK: {r}, MEMBER: {r + 1}/8\n" for r in range(4))
-    assert _diag(tmp_path, part).root_cause is None
+    assert _diag(tmp_path, part + "Epoch 0: 10%| 10/100 loss=2.31\n").root_cause is None
+    # the same lines and nothing after them: since session 15 a low-confidence hang (the members that never joined),
+    # as an NCCL init log that stops is (hang-init-log-ends); docs/classes-session15.md
+    d = _diag(tmp_path, part)
+    assert d.root_cause is not None and d.root_cause.rule == "hang-members-never-joined"
+    assert d.root_cause.confidence <= 0.2
