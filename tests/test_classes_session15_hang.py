@@ -143,3 +143,15 @@ def test_vllm_banner_then_nccl_on_two_hosts_is_not_this_class() -> None:
     log = _vllm_banner() + _boot("srv9", 7001, 0, version=True) + _boot("srv10", 8001, 0)
     d, _ = _diag(log)
     assert not any(f.rule == "hang-vllm-pynccl-init-log-ends" for f in d.findings)
+
+
+def test_one_nodes_log_of_a_two_node_job_is_not_this_class() -> None:
+    # NCCL 2.20+ "nNodes 2": the communicator spans two nodes, this log only shows one of them
+    host = "node3"
+    log = (_init(host, 811, 0, 0, 4) + _init(host, 812, 1, 1, 4)
+           + f"{host}:811:811 [0] NCCL INFO comm 0x5a00 rank 0 nRanks 4 nNodes 2 localRanks 2 localRank 0 MNNVL 0\n"
+           + f"{host}:812:812 [1] NCCL INFO comm 0x5a10 rank 1 nRanks 4 nNodes 2 localRanks 2 localRank 1 MNNVL 0\n"
+           + f"{host}:811:811 [0] NCCL INFO Channel 00/02 : 0 1 2 3\n"
+           + f"{host}:812:812 [1] NCCL INFO Trees [0] 2/-1/-1->1->0 [1] 2/-1/-1->1->0\n")
+    d, _ = _diag(log)
+    assert not any(f.rule == "hang-init-one-node-log-ends" for f in d.findings)
