@@ -104,6 +104,18 @@ def _tail_progress(tail: list[int], ev: Any, ends: list[Any], cap: int) -> bool:
     return len(tail) >= cap and tail[0] > ev.line  # more output after it than remembered: cannot tell
 
 
+def _one_node_gpus(b: Any, stages: dict[int, tuple[Stage, Any, str | None]], want: Any) -> int | None:
+    """With ``one_node = N``: every NCCL line of the job comes from one host and at least N GPUs (processes, or GPUs
+    of one process) are in it; the count, else None. Without the option: 0 (no test)."""
+    if not want:
+        return 0
+    hosts = {v[1].host for v in stages.values()} | set(b.hosts)
+    if None in hosts or len(hosts) != 1:
+        return None
+    gpus = {(v[1].pid, v[1].cuda_dev) for v in stages.values()}
+    return len(gpus) if len(gpus) >= int(want) else None
+
+
 @predicate
 def stuck_stage(ctx: PredContext, **args: Any) -> PredResult | None:
     """The ranks furthest behind stopped in one of ``stages`` (a list of ``Stage`` labels).
@@ -115,7 +127,8 @@ def stuck_stage(ctx: PredContext, **args: Any) -> PredResult | None:
     still in channel setup while every other rank is connecting count as connecting too, with the others'
     transport); ``setup_kinds`` (event kind globs, one of which the input must hold: the channels NCCL computed
     before connecting them, which every version prints at INFO; connection lines without them are lines picked
-    out of a log, not a console that stopped). Fails when a rank ended by itself (exit code > 0 or a
+    out of a log, not a console that stopped); ``one_node`` (a number N: every NCCL line is from one host, where at
+    least N GPUs, ranks of their own, stopped: the GPUs talk over the node's own paths, binds ``n_gpus``). Fails when a rank ended by itself (exit code > 0 or a
     crash signal) and no timeout fired: that rank's failure, not a hang, is the story.
     """
     b = ctx.builder
@@ -157,6 +170,9 @@ def stuck_stage(ctx: PredContext, **args: Any) -> PredResult | None:
         transports = [t for t in transports if re.search(str(pat), t)]
         if not transports:
             return None
+    gpus = _one_node_gpus(b, stages, args.get("one_node"))
+    if gpus is None:
+        return None
     if args.get("quiet_after") and _progress_after(b, [stages[r][1] for r in behind], ctx.events, _job_pids(ctx)):
         return None
     first_timeout: dict[str, int] = {}
@@ -177,6 +193,8 @@ def stuck_stage(ctx: PredContext, **args: Any) -> PredResult | None:
     }
     if transport:
         bound["transport"] = transport
+    if gpus:
+        bound["n_gpus"] = gpus
     if ahead and lo < Stage.INIT_COMPLETE:
         bound["done_who"] = _who(ahead)
     evidence = [stages[r][1] for r in behind[:4]]
