@@ -103,6 +103,10 @@ class _Block:
 # ------------------------------------------------------------------------------------------ helpers
 
 _TB_HEADER = "Traceback (most recent call last):"
+# torchelastic's failure entry whose ``traceback :`` field is a worker's Python traceback (the error file @record
+# wrote): errors/__init__.py ChildFailedError._format_failure puts the py_callstack after "  traceback : " with
+# every further line indented by two spaces (``.replace("\n", "\n  ")``).
+_REPORT_TB = re.compile(r"(\s*)traceback\s*:\s*Traceback \(most recent call last\):")
 _GLUED_RANK = re.compile(r"\[rank(\d+)\]: ?$")
 
 
@@ -360,6 +364,16 @@ def _child_entries(lines: list[str]) -> list[dict]:
         if _BORDER.match(t):
             cur = None
             continue
+        if cur is not None and last_field == "traceback" and "_tb" in cur and t.startswith("  ") \
+                and (t.startswith("    ") or not _LOOSE_FIELD.match(t)):
+            # a line of the worker's traceback in the field (frames at four spaces and more, its exception line at
+            # two): kept by index, finish.py reads them as that rank's traceback
+            cur["_tb"].append(i)
+            if t.startswith("    "):
+                cur["traceback"] = (cur.get("traceback") or "") + "\n" + t.strip()
+            cur["_nlines"] = i - cur["_lineno"] + 1
+            continue
+        as_printed = t
         m = _LOOSE_FIELD.match(t)
         if m:  # the field's column layout as torchelastic prints it, whatever the paste left of its spacing
             t = f"  {m.group(1):<10}:" + (f" {m.group(2)}" if m.group(2) else "")
@@ -382,6 +396,10 @@ def _child_entries(lines: list[str]) -> list[dict]:
                 cur.update(f)
                 cur["_nlines"] = i - cur["_lineno"] + 1
                 last_field = next(iter(f))
+                tb = _REPORT_TB.match(as_printed)
+                if last_field == "traceback" and tb:
+                    cur["_tb"] = [i]
+                    cur["_tb_indent"] = len(tb.group(1))
             continue
         if cur is not None and last_field == "traceback" and t.startswith("    "):
             cur["traceback"] = (cur.get("traceback") or "") + "\n" + t.strip()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ...model import Event
+from ...model import Event, Line
 from .value import raise_statement
 from .grammar import classify_body
 from .prefix import _COMM_EXC, _COMM_KINDS
@@ -21,8 +21,33 @@ class BlockEvents:
         if b.kind in ("rec", "term"):
             return self._finish_record(b)
         if b.kind == "child":
-            return [self._child_event(b, e, None) for e in _child_entries(b.msg)]
+            entries = _child_entries(b.msg)
+            return [self._child_event(b, e, None) for e in entries] + self._report_tracebacks(b, entries)
         return self._finish_tb(b)
+
+    def _report_tracebacks(self, b: _Block, entries: list[dict]) -> list[Event]:
+        """The worker tracebacks a ChildFailedError report carries in its entries' ``traceback :`` fields (the
+        error file torchelastic's @record wrote: py_callstack, every line after the first indented by two spaces),
+        each read as a traceback of the rank its entry names. With --local-ranks-filter or --redirects a worker's
+        own output may not be in the input at all: this is then the only place its exception is seen."""
+        out: list[Event] = []
+        for e in entries:
+            idx = e.get("_tb")
+            if not idx or len(idx) < 2 or any(i >= len(b.msg_at) for i in idx):
+                continue
+            cut = e.get("_tb_indent", 0)
+            sub = type(self)()
+            for n, i in enumerate(idx):
+                line, text = b.msg_at[i], b.msg[i]
+                text = text[text.index("Traceback (most recent call last):"):] if n == 0 else \
+                    (text[cut:] if text[:cut].isspace() else text.lstrip())
+                got = sub.feed(Line(line.path, line.lineno, text, line.raw, e.get("rank"), None, line.time,
+                                    line.truncated))
+                out.extend(got or [])
+            out.extend(sub.flush())
+        for ev in out:
+            ev.fields["from_report"] = True
+        return out
 
     def _finish_record(self, b: _Block) -> list[Event]:
         rec = b.record or {}
@@ -138,6 +163,7 @@ class BlockEvents:
             m = re.search(r"^(.+) FAILED$", "\n".join(t for _, t in child_lines(b.msg)), re.M)
             for e in entries:
                 derived.append(self._child_event(b, e, m.group(1) if m else None))
+            derived.extend(self._report_tracebacks(b, entries))
         return [ev] + derived
 
     def _child_event(self, b: _Block, e: dict, entrypoint: str | None) -> Event:

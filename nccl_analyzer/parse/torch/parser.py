@@ -12,7 +12,7 @@ from .finish import BlockEvents
 from .grammar import classify_body
 from .prefix import (UNRAISABLE_GAP, _CARET, _CHAIN, _CHILD_LINE, _CONT, _EXC_LINE, _FRAME_SEARCH, _LONE_EXC,
     _MULTILINE_KINDS, _PRE_BY_CHAR, _RANK_WRAP, _RECORD_START, _WHAT, _cont_type)
-from .block import (_Block, _TB_HEADER, _dedented, _default_pg_rank, _default_tag, _glued_header, _log_prefix,
+from .block import (_Block, _REPORT_TB, _TB_HEADER, _dedented, _default_pg_rank, _default_tag, _glued_header, _log_prefix,
     _tb_parse)
 
 
@@ -58,7 +58,7 @@ class TorchParser(BlockEvents):
             else:
                 self._indent = indent = ""
         header_indent = ""
-        if _TB_HEADER in text and not text.startswith(_TB_HEADER):
+        if _TB_HEADER in text and not text.startswith(_TB_HEADER) and not self._report_field(text):
             header_indent = text[:text.index(_TB_HEADER)]
             header_indent = header_indent if not header_indent.strip() else ""
             line = _glued_header(line)
@@ -99,6 +99,12 @@ class TorchParser(BlockEvents):
         return out
 
     # -------------------------------------------------------------------------------- internals
+    def _report_field(self, text: str) -> bool:
+        """``text`` is a ChildFailedError report's ``traceback :`` field holding a worker's traceback (its error
+        file, written by @record), and a report is open to read it: the traceback's lines are the report's (each
+        indented by the report), not a traceback of their own; the report's entry says whose it is (finish.py)."""
+        return bool(_REPORT_TB.match(text)) and any(b.child and not b.child_done for b in self._blocks)
+
     def _feed(self, line: Line) -> list[Event] | None:
         text = line.text
         rank = line.rank
