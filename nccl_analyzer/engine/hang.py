@@ -230,3 +230,43 @@ def horovod_disjoint_ready(ctx: PredContext) -> PredResult | None:
                                          "tensor_b": tb, "ranks_b": _rank_list(tuple(sorted(b)))},
                                   ranks=tuple(sorted(a)), evidence=[ea] if ea is eb else sorted([ea, eb], key=lambda e: (e.path, e.line)))
     return None
+
+
+_STALL_ROW = re.compile(r"([\w./:-]+) \[(ready|missing) ranks: (\d+(?:, ?\d+)*)\]")
+
+
+@predicate
+def horovod_stall_log_ends(ctx: PredContext) -> PredResult | None:
+    """Horovod's stall report names stalled tensors with the ranks ready for them or missing from them
+    (``T [missing ranks: 3, 6]``, ``T [ready ranks: 1]``; horovod/common/operations.cc before 0.16.1 and
+    stall_inspector.cc after) and is the last thing in the log: the program printed nothing of its own after it (a
+    transient stall is followed by the training's output, horovod#2843). Blames the ranks missing from every stalled
+    tensor where the report says ``missing ranks``; a ``ready ranks`` report names no missing rank without the world
+    size, so it blames none. Binds ``n_tensors``, ``tensor``, ``stall_story``."""
+    rows: list[tuple[str, str, frozenset[int], Any]] = []
+    for ev in ctx.events:
+        for name, side, ranks in _STALL_ROW.findall(ev.text or ""):
+            rows.append((name, side, frozenset(int(r) for r in ranks.split(",")), ev))
+    if not rows:
+        return None  # the warning's head alone names no tensor and no rank
+    last = max((r[3] for r in rows), key=lambda e: (e.path, e.line))
+    if _progress_after(ctx.builder, [last], []):
+        return None
+    names = sorted({r[0] for r in rows})
+    missing = [r[2] for r in rows if r[1] == "missing"]
+    ready = [r[2] for r in rows if r[1] == "ready"]
+    blamed: tuple[int, ...] = ()
+    if missing and not ready:
+        blamed = tuple(sorted(frozenset.intersection(*missing)))
+        story = (f"rank{'s' if len(blamed) != 1 else ''} {_rank_list(blamed)} never submitted "
+                 f"{len(names)} stalled tensor{'s' if len(names) != 1 else ''}" if blamed else
+                 f"{len(names)} stalled tensors wait for different ranks")
+    elif ready and not missing and len(set(ready)) == 1:
+        story = (f"{len(names)} stalled tensor{'s' if len(names) != 1 else ''} ready on rank"
+                 f"{'s' if len(ready[0]) != 1 else ''} {_rank_list(tuple(sorted(ready[0])))} only")
+    else:
+        story = f"{len(names)} stalled tensors submitted by a subset of ranks"
+    evidence = sorted({id(r[3]): r[3] for r in rows}.values(), key=lambda e: (e.path, e.line))[:4]
+    return PredResult(bound={"n_tensors": len(names), "tensor": names[0], "stall_story": story},
+                      ranks=blamed, evidence=evidence)
+
