@@ -57,3 +57,28 @@ def test_progress_bar_without_killed_is_no_failure(tmp_path):
 def test_killed_word_inside_a_bar_postfix_is_not_a_kill(tmp_path):
     # a bar whose postfix mentions the word is not the shell's report (it must follow tqdm's closing bracket)
     assert _verdict(tmp_path, "epoch 3: 100%|██████████| 50/50 [00:10<00:00, 4.9it/s, Killed=0]\n") is None
+
+
+P2P_HEAD = ("[P2P (Peer-to-Peer) GPU Bandwidth Latency Test]\n"
+            "Device: 0, NVIDIA RTX A5000, pciBusID: 1, pciDeviceID: 0, pciDomainID:0\n"
+            "Device: 1, NVIDIA RTX A5000, pciBusID: 21, pciDeviceID: 0, pciDomainID:0\n"
+            "Device=0 CAN Access Peer Device=1\nDevice=1 CAN Access Peer Device=0\n"
+            "Unidirectional P2P=Disabled Bandwidth Matrix (GB/s)\n   D\\D     0      1 \n"
+            "     0 500.00  12.00 \n     1  12.50 501.00 \n")
+
+
+def test_p2ptest_bandwidth_collapse_is_p2p_ipc(tmp_path):
+    rc = _verdict(tmp_path, P2P_HEAD + "Unidirectional P2P=Enabled Bandwidth (P2P Writes) Matrix (GB/s)\n"
+                  "   D\\D     0      1 \n     0 500.00   1.90 \n     1   2.10 501.00 \n")
+    assert rc is not None and rc.id == "p2p_ipc" and rc.rule == "hang-p2ptest-bandwidth-collapse"
+
+
+def test_p2ptest_healthy_p2p_is_no_failure(tmp_path):
+    rc = _verdict(tmp_path, P2P_HEAD + "Unidirectional P2P=Enabled Bandwidth (P2P Writes) Matrix (GB/s)\n"
+                  "   D\\D     0      1 \n     0 500.00  24.00 \n     1  24.10 501.00 \n")
+    assert rc is None
+
+
+def test_p2ptest_stops_after_a_title_is_p2p_ipc(tmp_path):
+    rc = _verdict(tmp_path, P2P_HEAD + "Unidirectional P2P=Enabled Bandwidth (P2P Writes) Matrix (GB/s)\n")
+    assert rc is not None and rc.id == "p2p_ipc" and rc.rule == "hang-p2ptest-stops-in-measurement"

@@ -270,3 +270,68 @@ def horovod_stall_log_ends(ctx: PredContext) -> PredResult | None:
     return PredResult(bound={"n_tensors": len(names), "tensor": names[0], "stall_story": story},
                       ranks=blamed, evidence=evidence)
 
+
+def _p2ptest_matrices(events: list[Any]) -> dict[str, dict[int, list[float]]]:
+    """The p2pBandwidthLatencyTest matrices the matched rows hold: matrix key -> source GPU -> values."""
+    out: dict[str, dict[int, list[float]]] = {}
+    for ev in events:
+        if ev.kind == "cudasample.p2p.row":
+            out.setdefault(str(ev.get("matrix")), {})[int(ev.get("device"))] = list(ev.get("values") or ())
+    return out
+
+
+@predicate
+def p2ptest_bandwidth_collapse(ctx: PredContext, **args: Any) -> PredResult | None:
+    """CUDA's p2pBandwidthLatencyTest measured a GPU pair slower with peer-to-peer on than off: in its
+    ``P2P=Enabled`` bandwidth matrix (uni- or bidirectional) a pair whose value is below ``ratio`` (default 0.25)
+    times the same pair's ``P2P=Disabled`` value (a copy staged through host memory), where the test's access lines
+    do not say ``CANNOT`` for it (then the enabled run falls back to the same staged copy). Direct P2P over PCIe is
+    faster than a copy through the host unless the platform reroutes it (PCIe ACS sending it up to the root complex,
+    the IOMMU translating it): the P2P path is broken. Binds ``pairs`` ("0->1 2.60 vs 13.15 GB/s, ..."), ``n_pairs``,
+    ``n_gpus``, ``gpu_models``."""
+    ratio = float(args.get("ratio", 0.25))
+    mats = _p2ptest_matrices(ctx.events)
+    cannot = {(int(e.get("device")), int(e.get("peer"))) for e in ctx.events
+              if e.kind == "cudasample.p2p.access" and e.get("can") is False}
+    slow: list[tuple[float, int, int, float, float]] = []
+    rows_of: dict[tuple[int, int], Any] = {}
+    for direction in ("unidirectional", "bidirectional"):
+        on, off = mats.get(f"{direction}-bandwidth-p2p", {}), mats.get(f"{direction}-bandwidth-nop2p", {})
+        for i, vals in on.items():
+            for j, v in enumerate(vals):
+                if i == j or (i, j) in cannot or i not in off or j >= len(off[i]):
+                    continue
+                ref = off[i][j]
+                if ref > 0 and v < ratio * ref:
+                    slow.append((v / ref, i, j, v, ref))
+    if not slow:
+        return None
+    slow.sort()
+    pairs = ", ".join(f"{i}->{j} {v:.2f} vs {ref:.2f} GB/s" for _, i, j, v, ref in slow[:4])
+    models = sorted({str(e.get("gpu")) for e in ctx.events if e.kind == "cudasample.p2p.device"})
+    n_gpus = len({int(e.get("device")) for e in ctx.events if e.kind == "cudasample.p2p.device"})
+    on_rows = [e for e in ctx.events if e.kind == "cudasample.p2p.row" and str(e.get("matrix")).endswith("-p2p")]
+    off_rows = [e for e in ctx.events if e.kind == "cudasample.p2p.row" and str(e.get("matrix")).endswith("-nop2p")]
+    evidence = sorted(off_rows[:2] + on_rows[:2], key=lambda e: (e.path, e.line))
+    return PredResult(bound={"pairs": pairs, "n_pairs": len({(i, j) for _, i, j, _, _ in slow}),
+                             "n_gpus": n_gpus or len(mats.get("unidirectional-bandwidth-p2p", {})),
+                             "gpu_models": ", ".join(models) or "GPUs"},
+                      ranks=(), evidence=evidence)
+
+
+@predicate
+def p2ptest_stopped(ctx: PredContext) -> PredResult | None:
+    """CUDA's p2pBandwidthLatencyTest printed a matrix's title and then nothing: no row of it (the sample measures
+    every pair first and prints the rows after), no later title, no other output of the program. Binds ``matrix``
+    (the title), ``n_gpus``, ``gpu_models``; evidence: the title and the test's last peer-access line."""
+    test = sorted((e for e in ctx.events if e.kind.startswith("cudasample.p2p.")), key=lambda e: (e.path, e.line))
+    if not test or test[-1].kind != "cudasample.p2p.title":
+        return None
+    title = test[-1]
+    if _progress_after(ctx.builder, [title], []):
+        return None
+    models = sorted({str(e.get("gpu")) for e in test if e.kind == "cudasample.p2p.device"})
+    n_gpus = len({int(e.get("device")) for e in test if e.kind == "cudasample.p2p.device"})
+    access = [e for e in test if e.kind == "cudasample.p2p.access"]
+    return PredResult(bound={"matrix": (title.text or "").strip(), "n_gpus": n_gpus, "gpu_models": ", ".join(models) or "GPUs"},
+                      ranks=(), evidence=([access[-1]] if access else []) + [title])
