@@ -12,6 +12,7 @@ from .parse.crash import CrashParser
 from .parse.errtext import ErrorTextParser
 from .parse.nccl import NcclParser
 from .parse.nccltests import NcclTestsParser
+from .parse.cudasample import CudaSampleParser
 from .parse.serving import ServingParser
 from .parse.torch import TorchParser
 
@@ -40,7 +41,7 @@ class EventStream:
             (``NcclParser``'s ``defer``).
     """
 
-    __slots__ = ("_nccl", "_torch", "_crash", "_errtext", "_bare", "_tests", "_serving", "keep_text", "counts", "_held", "_seq", "text_tail",
+    __slots__ = ("_nccl", "_torch", "_crash", "_errtext", "_bare", "_tests", "_serving", "_cudasample", "keep_text", "counts", "_held", "_seq", "text_tail",
                  "_ctx", "ctx_tail")
 
     def __init__(self, keep_text: bool = False, compact: bool = False, defer: bool = False):
@@ -51,6 +52,7 @@ class EventStream:
         self._bare = BareWarnParser()  # an NCCL WARN message pasted without its prefix: messages/nccl_warn_formats.json
         self._tests = NcclTestsParser()  # nccl-tests' device list, result table and summary
         self._serving = ServingParser()  # a serving engine's NCCL banner (vLLM's pynccl)
+        self._cudasample = CudaSampleParser()  # CUDA's p2pBandwidthLatencyTest output
         # line numbers of the last non-blank lines no parser took (the program's own output: progress)
         self.text_tail: deque[int] = deque(maxlen=TEXT_TAIL)
         # the same lines by the process whose NCCL line came last before them (None: a torch line or none came
@@ -95,6 +97,8 @@ class EventStream:
                             self._tail(line.lineno)  # a result row is the program's output (progress), as before
                         elif events is None:
                             events = self._serving.feed(line)
+                            if events is None:
+                                events = self._cudasample.feed(line)
                             if events:
                                 self._tail(line.lineno)  # still the program's own output, as it was as text
             elif self._crash.pending_line is not None:

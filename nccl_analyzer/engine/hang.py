@@ -230,3 +230,108 @@ def horovod_disjoint_ready(ctx: PredContext) -> PredResult | None:
                                          "tensor_b": tb, "ranks_b": _rank_list(tuple(sorted(b)))},
                                   ranks=tuple(sorted(a)), evidence=[ea] if ea is eb else sorted([ea, eb], key=lambda e: (e.path, e.line)))
     return None
+
+
+_STALL_ROW = re.compile(r"([\w./:-]+) \[(ready|missing) ranks: (\d+(?:, ?\d+)*)\]")
+
+
+@predicate
+def horovod_stall_log_ends(ctx: PredContext) -> PredResult | None:
+    """Horovod's stall report names stalled tensors with the ranks ready for them or missing from them
+    (``T [missing ranks: 3, 6]``, ``T [ready ranks: 1]``; horovod/common/operations.cc before 0.16.1 and
+    stall_inspector.cc after) and is the last thing in the log: the program printed nothing of its own after it (a
+    transient stall is followed by the training's output, horovod#2843). Blames the ranks missing from every stalled
+    tensor where the report says ``missing ranks``; a ``ready ranks`` report names no missing rank without the world
+    size, so it blames none. Binds ``n_tensors``, ``tensor``, ``stall_story``."""
+    rows: list[tuple[str, str, frozenset[int], Any]] = []
+    for ev in ctx.events:
+        for name, side, ranks in _STALL_ROW.findall(ev.text or ""):
+            rows.append((name, side, frozenset(int(r) for r in ranks.split(",")), ev))
+    if not rows:
+        return None  # the warning's head alone names no tensor and no rank
+    last = max((r[3] for r in rows), key=lambda e: (e.path, e.line))
+    if _progress_after(ctx.builder, [last], []):
+        return None
+    names = sorted({r[0] for r in rows})
+    missing = [r[2] for r in rows if r[1] == "missing"]
+    ready = [r[2] for r in rows if r[1] == "ready"]
+    blamed: tuple[int, ...] = ()
+    if missing and not ready:
+        blamed = tuple(sorted(frozenset.intersection(*missing)))
+        story = (f"rank{'s' if len(blamed) != 1 else ''} {_rank_list(blamed)} never submitted "
+                 f"{len(names)} stalled tensor{'s' if len(names) != 1 else ''}" if blamed else
+                 f"{len(names)} stalled tensors wait for different ranks")
+    elif ready and not missing and len(set(ready)) == 1:
+        story = (f"{len(names)} stalled tensor{'s' if len(names) != 1 else ''} ready on rank"
+                 f"{'s' if len(ready[0]) != 1 else ''} {_rank_list(tuple(sorted(ready[0])))} only")
+    else:
+        story = f"{len(names)} stalled tensors submitted by a subset of ranks"
+    evidence = sorted({id(r[3]): r[3] for r in rows}.values(), key=lambda e: (e.path, e.line))[:4]
+    return PredResult(bound={"n_tensors": len(names), "tensor": names[0], "stall_story": story},
+                      ranks=blamed, evidence=evidence)
+
+
+def _p2ptest_matrices(events: list[Any]) -> dict[str, dict[int, list[float]]]:
+    """The p2pBandwidthLatencyTest matrices the matched rows hold: matrix key -> source GPU -> values."""
+    out: dict[str, dict[int, list[float]]] = {}
+    for ev in events:
+        if ev.kind == "cudasample.p2p.row":
+            out.setdefault(str(ev.get("matrix")), {})[int(ev.get("device"))] = list(ev.get("values") or ())
+    return out
+
+
+@predicate
+def p2ptest_bandwidth_collapse(ctx: PredContext, **args: Any) -> PredResult | None:
+    """CUDA's p2pBandwidthLatencyTest measured a GPU pair slower with peer-to-peer on than off: in its
+    ``P2P=Enabled`` bandwidth matrix (uni- or bidirectional) a pair whose value is below ``ratio`` (default 0.25)
+    times the same pair's ``P2P=Disabled`` value (a copy staged through host memory), where the test's access lines
+    do not say ``CANNOT`` for it (then the enabled run falls back to the same staged copy). Direct P2P over PCIe is
+    faster than a copy through the host unless the platform reroutes it (PCIe ACS sending it up to the root complex,
+    the IOMMU translating it): the P2P path is broken. Binds ``pairs`` ("0->1 2.60 vs 13.15 GB/s, ..."), ``n_pairs``,
+    ``n_gpus``, ``gpu_models``."""
+    ratio = float(args.get("ratio", 0.25))
+    mats = _p2ptest_matrices(ctx.events)
+    cannot = {(int(e.get("device")), int(e.get("peer"))) for e in ctx.events
+              if e.kind == "cudasample.p2p.access" and e.get("can") is False}
+    slow: list[tuple[float, int, int, float, float]] = []
+    rows_of: dict[tuple[int, int], Any] = {}
+    for direction in ("unidirectional", "bidirectional"):
+        on, off = mats.get(f"{direction}-bandwidth-p2p", {}), mats.get(f"{direction}-bandwidth-nop2p", {})
+        for i, vals in on.items():
+            for j, v in enumerate(vals):
+                if i == j or (i, j) in cannot or i not in off or j >= len(off[i]):
+                    continue
+                ref = off[i][j]
+                if ref > 0 and v < ratio * ref:
+                    slow.append((v / ref, i, j, v, ref))
+    if not slow:
+        return None
+    slow.sort()
+    pairs = ", ".join(f"{i}->{j} {v:.2f} vs {ref:.2f} GB/s" for _, i, j, v, ref in slow[:4])
+    models = sorted({str(e.get("gpu")) for e in ctx.events if e.kind == "cudasample.p2p.device"})
+    n_gpus = len({int(e.get("device")) for e in ctx.events if e.kind == "cudasample.p2p.device"})
+    on_rows = [e for e in ctx.events if e.kind == "cudasample.p2p.row" and str(e.get("matrix")).endswith("-p2p")]
+    off_rows = [e for e in ctx.events if e.kind == "cudasample.p2p.row" and str(e.get("matrix")).endswith("-nop2p")]
+    evidence = sorted(off_rows[:2] + on_rows[:2], key=lambda e: (e.path, e.line))
+    return PredResult(bound={"pairs": pairs, "n_pairs": len({(i, j) for _, i, j, _, _ in slow}),
+                             "n_gpus": n_gpus or len(mats.get("unidirectional-bandwidth-p2p", {})),
+                             "gpu_models": ", ".join(models) or "GPUs"},
+                      ranks=(), evidence=evidence)
+
+
+@predicate
+def p2ptest_stopped(ctx: PredContext) -> PredResult | None:
+    """CUDA's p2pBandwidthLatencyTest printed a matrix's title and then nothing: no row of it (the sample measures
+    every pair first and prints the rows after), no later title, no other output of the program. Binds ``matrix``
+    (the title), ``n_gpus``, ``gpu_models``; evidence: the title and the test's last peer-access line."""
+    test = sorted((e for e in ctx.events if e.kind.startswith("cudasample.p2p.")), key=lambda e: (e.path, e.line))
+    if not test or test[-1].kind != "cudasample.p2p.title":
+        return None
+    title = test[-1]
+    if _progress_after(ctx.builder, [title], []):
+        return None
+    models = sorted({str(e.get("gpu")) for e in test if e.kind == "cudasample.p2p.device"})
+    n_gpus = len({int(e.get("device")) for e in test if e.kind == "cudasample.p2p.device"})
+    access = [e for e in test if e.kind == "cudasample.p2p.access"]
+    return PredResult(bound={"matrix": (title.text or "").strip(), "n_gpus": n_gpus, "gpu_models": ", ".join(models) or "GPUs"},
+                      ranks=(), evidence=([access[-1]] if access else []) + [title])
