@@ -271,6 +271,12 @@ def horovod_stall_log_ends(ctx: PredContext) -> PredResult | None:
                       ranks=blamed, evidence=evidence)
 
 
+def _p2ptest_gpus(events: list[Any]) -> tuple[int, str]:
+    """The number of GPUs and their models that the test's device lines list ("GPUs" where none is shown)."""
+    devices = [e for e in events if e.kind == "cudasample.p2p.device"]
+    return len({int(e.get("device")) for e in devices}), ", ".join(sorted({str(e.get("gpu")) for e in devices})) or "GPUs"
+
+
 def _p2ptest_matrices(events: list[Any]) -> dict[str, dict[int, list[float]]]:
     """The p2pBandwidthLatencyTest matrices the matched rows hold: matrix key -> source GPU -> values."""
     out: dict[str, dict[int, list[float]]] = {}
@@ -294,7 +300,6 @@ def p2ptest_bandwidth_collapse(ctx: PredContext, **args: Any) -> PredResult | No
     cannot = {(int(e.get("device")), int(e.get("peer"))) for e in ctx.events
               if e.kind == "cudasample.p2p.access" and e.get("can") is False}
     slow: list[tuple[float, int, int, float, float]] = []
-    rows_of: dict[tuple[int, int], Any] = {}
     for direction in ("unidirectional", "bidirectional"):
         on, off = mats.get(f"{direction}-bandwidth-p2p", {}), mats.get(f"{direction}-bandwidth-nop2p", {})
         for i, vals in on.items():
@@ -308,14 +313,13 @@ def p2ptest_bandwidth_collapse(ctx: PredContext, **args: Any) -> PredResult | No
         return None
     slow.sort()
     pairs = ", ".join(f"{i}->{j} {v:.2f} vs {ref:.2f} GB/s" for _, i, j, v, ref in slow[:4])
-    models = sorted({str(e.get("gpu")) for e in ctx.events if e.kind == "cudasample.p2p.device"})
-    n_gpus = len({int(e.get("device")) for e in ctx.events if e.kind == "cudasample.p2p.device"})
+    n_gpus, models = _p2ptest_gpus(ctx.events)
     on_rows = [e for e in ctx.events if e.kind == "cudasample.p2p.row" and str(e.get("matrix")).endswith("-p2p")]
     off_rows = [e for e in ctx.events if e.kind == "cudasample.p2p.row" and str(e.get("matrix")).endswith("-nop2p")]
     evidence = sorted(off_rows[:2] + on_rows[:2], key=lambda e: (e.path, e.line))
     return PredResult(bound={"pairs": pairs, "n_pairs": len({(i, j) for _, i, j, _, _ in slow}),
                              "n_gpus": n_gpus or len(mats.get("unidirectional-bandwidth-p2p", {})),
-                             "gpu_models": ", ".join(models) or "GPUs"},
+                             "gpu_models": models},
                       ranks=(), evidence=evidence)
 
 
@@ -330,8 +334,7 @@ def p2ptest_stopped(ctx: PredContext) -> PredResult | None:
     title = test[-1]
     if _progress_after(ctx.builder, [title], []):
         return None
-    models = sorted({str(e.get("gpu")) for e in test if e.kind == "cudasample.p2p.device"})
-    n_gpus = len({int(e.get("device")) for e in test if e.kind == "cudasample.p2p.device"})
+    n_gpus, models = _p2ptest_gpus(test)
     access = [e for e in test if e.kind == "cudasample.p2p.access"]
-    return PredResult(bound={"matrix": (title.text or "").strip(), "n_gpus": n_gpus, "gpu_models": ", ".join(models) or "GPUs"},
+    return PredResult(bound={"matrix": (title.text or "").strip(), "n_gpus": n_gpus, "gpu_models": models},
                       ranks=(), evidence=([access[-1]] if access else []) + [title])
