@@ -338,3 +338,32 @@ def p2ptest_stopped(ctx: PredContext) -> PredResult | None:
     access = [e for e in test if e.kind == "cudasample.p2p.access"]
     return PredResult(bound={"matrix": (title.text or "").strip(), "n_gpus": n_gpus, "gpu_models": models},
                       ranks=(), evidence=([access[-1]] if access else []) + [title])
+
+
+@predicate
+def log_ends_at_match(ctx: PredContext, **args: Any) -> PredResult | None:
+    """The last of the events the rule matched is the end of the story: the program printed nothing of its own after
+    it (``_progress_after``, the test ``quiet_after`` of ``stuck_stage`` makes). For warnings that a tool prints while
+    it keeps waiting (XLA's rendezvous "may be stuck"), which clear when the wait ends and the program goes on.
+    Option ``bind`` (a regex with named groups, or a list of them, each searched in the last event's text): the
+    values for the finding's text. ``min_hosts`` (a number): NCCL lines from at least that many hosts are in the input; binds ``hosts``."""
+    if not ctx.events:
+        return None
+    last = max(ctx.events, key=lambda e: (e.path, e.line))
+    if _progress_after(ctx.builder, [last], []):
+        return None
+    bound: dict[str, Any] = {}
+    want = args.get("min_hosts")
+    if want:
+        hosts = sorted(h for h in ctx.builder.hosts if h)
+        if len(hosts) < int(want):
+            return None
+        bound["hosts"] = ", ".join(hosts[:4]) + (" ..." if len(hosts) > 4 else "")
+        bound["n_hosts"] = len(hosts)
+    pats = args.get("bind") or ()
+    for pat in [pats] if isinstance(pats, str) else pats:
+        m = re.search(str(pat), last.text or "")
+        if m:
+            bound.update({k: v for k, v in m.groupdict().items() if v is not None})
+    evidence = sorted(ctx.events, key=lambda e: (e.path, e.line))[-4:]
+    return PredResult(bound=bound, evidence=evidence)
