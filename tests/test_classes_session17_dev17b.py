@@ -120,3 +120,37 @@ def test_compose_prefixed_tracebacks_are_read():
     plain = analyze_text(_barrier_subset_log(""))
     assert plain.root_cause is not None and plain.root_cause.id == "collective_mismatch"
     assert list(plain.root_cause.ranks) == [3]
+
+
+def test_ts_stamp_prefix_is_stripped():
+    ln = clean_text("Dec 04 18:54:26 [default0]:[rank0]: Traceback (most recent call last):", _SRC, 1)
+    assert ln.rank == 0 and ln.text.startswith("Traceback (most recent call last):")
+    ln = clean_text("Oct  6 02:07:00.123456 W1204 18:54:28.387000 8967 torch/distributed/elastic/multiprocessing/"
+                    "api.py:1028] Sending process 8990 closing signal SIGTERM", _SRC, 2)
+    assert ln.text.startswith("W1204 18:54:28.387000 8967 torch/distributed/")
+
+
+def test_near_miss_month_words_that_are_no_stamp_keep_their_text():
+    for t in ("May 12 items were skipped", "Dec 04 2026 release notes", "Jun 1 12:00 meeting"):
+        assert clean_text(t, _SRC, 1).text == t
+
+
+def test_ts_prefixed_gloo_timeouts_name_the_silent_rank():
+    # blind_cpu7/03: ranks 0 and 1 time out in DDP's all_reduce, rank 2 (stalled in its data loader) says nothing;
+    # every line behind moreutils ts's "Dec 04 18:54:26 "
+    out = []
+    for r, kind in ((0, "129] Timed out waiting 6000ms for send"), (1, "78] Timed out waiting 6000ms for recv")):
+        tb = ["Traceback (most recent call last):", '  File "/srv/job/train.py", line 62, in train',
+              "    loss.backward()",
+              '  File "/venv/lib/python3.11/site-packages/torch/autograd/graph.py", line 979, in _engine_run_backward',
+              "    return Variable._execution_engine.run_backward(",
+              f"RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:{kind} operation to "
+              "complete"]
+        out += [f"Dec 04 18:54:26 [default{r}]:[rank{r}]: {s}" for s in tb]
+    out += [f"Dec 04 18:54:28 [default{r}]:[rank{r}] step {s} loss 1.{s}" for r in range(3) for s in range(3)]
+    # torchrun tore rank 2 down (SIGTERM) after rank 1 failed: its report names the three ranks
+    report = _report(_entry(1, 0, 1, 8990) + _entry(2, 2, -15, 8992), _entry(0, 1, 1, 8991))
+    out += [f"Dec 04 18:54:28 {s}" for s in report.splitlines()]
+    d = analyze_text("\n".join(out) + "\n")
+    assert d.root_cause is not None and d.root_cause.id == "watchdog_timeout"
+    assert list(d.root_cause.ranks) == [2]
