@@ -154,3 +154,43 @@ def test_ts_prefixed_gloo_timeouts_name_the_silent_rank():
     d = analyze_text("\n".join(out) + "\n")
     assert d.root_cause is not None and d.root_cause.id == "watchdog_timeout"
     assert list(d.root_cause.ranks) == [2]
+
+
+def _lib_error_log(exc_line: str, rank: int = 1) -> str:
+    tb = ["Traceback (most recent call last):", '  File "/srv/job/kern.py", line 40, in run',
+          "    kernel((1,), (4096,), (x, n))", exc_line]
+    peer = 1 - rank
+    return ("".join(f"[rank{rank}]: {s}\n" for s in tb)
+            + "".join(f"[rank{peer}]: {s}\n" for s in ["Traceback (most recent call last):",
+                                                       '  File "/srv/job/kern.py", line 52, in run',
+                                                       "    dist.all_reduce(t)", _CLOSED]))
+
+
+def test_cupy_driver_error_is_a_cuda_error_on_its_rank():
+    # blind_h200p/p01: cuLaunchKernel of a block larger than the device allows, quoted by CuPy
+    d = analyze_text(_lib_error_log("cupy_backends.cuda.api.driver.CUDADriverError: CUDA_ERROR_INVALID_VALUE: "
+                                    "invalid argument"))
+    assert d.root_cause is not None and d.root_cause.id == "cuda_error"
+    assert list(d.root_cause.ranks) == [1]
+
+
+def test_triton_out_of_resources_is_a_cuda_error():
+    # blind_h200o/o01: Triton refuses to launch a kernel needing more shared memory than the GPU has
+    d = analyze_text(_lib_error_log("triton.runtime.errors.OutOfResources: out of resource: shared memory, "
+                                    "Required: 524288, Hardware limit: 232448. Reducing block sizes or `num_stages` "
+                                    "may help.", rank=0))
+    assert d.root_cause is not None and d.root_cause.id == "cuda_error"
+    assert list(d.root_cause.ranks) == [0]
+
+
+def test_near_miss_cupy_build_for_another_arch_stays_version_mismatch():
+    d = analyze_text(_lib_error_log("cupy_backends.cuda.api.driver.CUDADriverError: CUDA_ERROR_NO_BINARY_FOR_GPU: "
+                                    "no kernel image is available for execution on the device"))
+    # (messages/cuda.toml reads the text as version_mismatch; this rule leaves it alone)
+    assert not any(f.rule == "torch-cuda-error" for f in d.findings)
+
+
+def test_near_miss_cupy_out_of_memory_is_not_this_rule():
+    d = analyze_text(_lib_error_log("cupy_backends.cuda.api.runtime.CUDARuntimeError: cudaErrorMemoryAllocation: "
+                                    "out of memory"))
+    assert not any(f.rule == "torch-cuda-error" for f in d.findings)
