@@ -194,3 +194,24 @@ def test_near_miss_cupy_out_of_memory_is_not_this_rule():
     d = analyze_text(_lib_error_log("cupy_backends.cuda.api.runtime.CUDARuntimeError: cudaErrorMemoryAllocation: "
                                     "out of memory"))
     assert not any(f.rule == "torch-cuda-error" for f in d.findings)
+
+
+def _mesh_log(message: str) -> str:
+    tb = ["Traceback (most recent call last):", '  File "/srv/app/parallel.py", line 12, in setup',
+          '    mesh = init_device_mesh("cuda", (2, 2))',
+          '  File "/venv/lib/python3.12/site-packages/torch/distributed/device_mesh.py", line 302, in __init__',
+          "    self._setup_world_group_and_device()",
+          '  File "/venv/lib/python3.12/site-packages/torch/distributed/device_mesh.py", line 434, in '
+          "_setup_world_group_and_device", "    raise RuntimeError(", f"RuntimeError: {message}"]
+    return "".join(f"[rank{r}]: {s}\n" for r in (0, 1) for s in tb)
+
+
+def test_device_mesh_bigger_than_world_is_invalid_usage():
+    # blind_h200o/o03: init_device_mesh asks for 4 ranks in a 2-rank job
+    d = analyze_text(_mesh_log("Mesh should not be bigger than default world size 2, but found 4 ranks!"))
+    assert d.root_cause is not None and d.root_cause.id == "invalid_usage"
+
+
+def test_near_miss_other_device_mesh_runtime_error_is_not_the_argument_check():
+    d = analyze_text(_mesh_log("some other failure while building the mesh"))
+    assert not any(f.rule == "torch-c10d-argument-check" for f in d.findings)
