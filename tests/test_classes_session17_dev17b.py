@@ -215,3 +215,24 @@ def test_device_mesh_bigger_than_world_is_invalid_usage():
 def test_near_miss_other_device_mesh_runtime_error_is_not_the_argument_check():
     d = analyze_text(_mesh_log("some other failure while building the mesh"))
     assert not any(f.rule == "torch-c10d-argument-check" for f in d.findings)
+
+
+def _lightning_log(frame_file: str, message: str) -> str:
+    return ("Traceback (most recent call last):\n  File \"/srv/app/fit.py\", line 30, in main\n"
+            "    trainer = L.Trainer(accelerator=\"gpu\", devices=2)\n"
+            f"  File \"/venv/lib/python3.12/site-packages/{frame_file}\", line 136, in _check\n"
+            "    raise MisconfigurationException(\n"
+            f"lightning.fabric.utilities.exceptions.MisconfigurationException: {message}\n")
+
+
+def test_lightning_more_gpus_than_visible_is_gpu_visibility():
+    # blind_h200o/o04: Trainer(devices=2) on a machine that shows one GPU
+    d = analyze_text(_lightning_log("lightning/fabric/utilities/device_parser.py",
+                                    "You requested gpu: [0, 1]\n But your machine only has: [0]"))
+    assert d.root_cause is not None and d.root_cause.id == "gpu_visibility"
+
+
+def test_near_miss_other_lightning_misconfiguration_stays_app_exception():
+    d = analyze_text(_lightning_log("lightning/pytorch/trainer/connectors/accelerator_connector.py",
+                                    "You selected an invalid strategy name: `strategy='dpp'`."))
+    assert d.root_cause is not None and d.root_cause.id == "app_exception"
