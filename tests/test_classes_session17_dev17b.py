@@ -236,3 +236,20 @@ def test_near_miss_other_lightning_misconfiguration_stays_app_exception():
     d = analyze_text(_lightning_log("lightning/pytorch/trainer/connectors/accelerator_connector.py",
                                     "You selected an invalid strategy name: `strategy='dpp'`."))
     assert d.root_cause is not None and d.root_cause.id == "app_exception"
+
+
+_ABORTED = ("E1206 07:52:44.542000 10331 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: -6) "
+            "local_rank: 1 (pid: 10338) of binary: /usr/bin/python3.11\n")
+
+
+def test_teardown_terminate_without_exception_then_sigabrt_is_other_on_that_rank():
+    # blind_cpu8/18: both ranks trained to the end; rank 1's exit hit std::terminate with no exception in flight
+    d = analyze_text("[rank0] training done\nterminate called without an active exception\n" + _ABORTED)
+    assert d.root_cause is not None and d.root_cause.id == "other"
+    assert list(d.root_cause.ranks) == [1]
+
+
+def test_near_miss_uncaught_cpp_exception_is_not_the_bare_abort():
+    d = analyze_text("terminate called after throwing an instance of 'std::runtime_error'\n"
+                     "  what():  something failed\n" + _ABORTED)
+    assert not any(f.rule == "crash-abort" and f.role == "root" for f in d.findings)
