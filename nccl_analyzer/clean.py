@@ -79,6 +79,13 @@ _RAY = re.compile(r"\((?:[A-Za-z_][\w.:-]*(?:,? (?:rank=\d+,? )?pid=\d+(?:, ip=[
 _BARE_SGR = re.compile(r" ?\[\d{1,3}(?:;\d{1,3})*m")
 #   dinov2-giant.cn-d004 [stderr]     a benchmark runner's tag (milabench: "<bench>.<node> [stderr] <line>")
 _STREAM_TAG = re.compile(r"[\w.@:-]+ \[(?:stdout|stderr)\] ")
+# moreutils ts's default stamp and syslog's short one ("Dec 04 18:54:26 "), put before each line by a pipe (`| ts`):
+# outside everything the job prints
+_SHORT_TS = re.compile(r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ 0-3]\d \d\d:\d\d:\d\d(?:\.\d{1,6})? ")
+# docker compose's service prefix before each line of a container's output ("trainer-1  | ", compose v2
+# "<service>-<index>", v1 "<service>_<index>", the name padded to the longest one, then "| "): outside everything
+# the job itself prints, like a runner's stream tag
+_COMPOSE = re.compile(r"[A-Za-z0-9][\w.-]{0,62}[-_]\d{1,4} +\| ")
 _CLOCK = re.compile(r"\d\d:\d\d:\d\d(?:[.,]\d{1,6})? (?=\[(?:rank\d|[A-Za-z_]*\d+\]:|[FEWI]\d{4} ))")
 _TQDM_GLUED = re.compile(r"[^\[]*\d+/\d+ \[[^\]\[]*(?:s/it|it/s)[^\]\[]*\](?=\[(?:rank\d|[FEWI]\d{4} |[FEWI] [\w.]+:\d+\]|[A-Za-z_]+\d+\]:))")
 _MPI_TAG = re.compile(r"\[(?:\d+,)?(\d+)\]<(?:stdout|stderr|stddiag)>:")
@@ -125,7 +132,8 @@ def clean_text(s: str, src: Source, lineno: int, truncated: bool = False) -> Lin
     # both on every fixture line).
     c = s[:1]
     if (c.isalpha() or c == "[") and s.isprintable() and "it]" not in s and "[0m" not in s and "^[" not in s \
-            and s.find(" [std", 0, 80) < 0 and not (s[-3:-1].isdigit() and ".py:" in s[-12:]):
+            and s.find(" [std", 0, 80) < 0 and s.find(" | ", 0, 72) < 0 \
+            and not (s[3:4] == " " and s[9:10] == ":") and not (s[-3:-1].isdigit() and ".py:" in s[-12:]):
         if c == "[":
             if s.startswith("[rank"):
                 j = s.find("]:", 5, 16)
@@ -151,6 +159,14 @@ def _clean_full(s: str, src: Source, lineno: int, truncated: bool = False) -> Li
     raw = s
     if "[0m" in s:
         s = _BARE_SGR.sub("", s)
+    if s[3:4] == " " and s[9:10] == ":":
+        m = _SHORT_TS.match(s)
+        if m:
+            s = s[m.end():]
+    if s[:1].isalnum() and s.find(" | ", 0, 72) > 0:
+        m = _COMPOSE.match(s)
+        if m:
+            s = s[m.end():]
     if s.find(" [std", 0, 80) > 0:
         m = _STREAM_TAG.match(s)
         if m:

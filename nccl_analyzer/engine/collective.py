@@ -294,3 +294,32 @@ def rank_missing_from_collective(ctx: PredContext) -> PredResult | None:
     if not missing:
         return None
     return PredResult(bound={"missing": ", ".join(map(str, missing))}, ranks=missing)
+
+
+@predicate
+def peers_ended_cleanly(ctx: PredContext) -> PredResult | None:
+    """The rank that lost its peer is the only worker torchrun saw fail, and the agent's other workers ended with
+    exit status 0 before it: the peers did not die, they finished (or stopped calling collectives) while this rank
+    was still in one. torchelastic's report lists every worker of the group that did not succeed
+    (``_unlisted_workers``), so a local rank missing below the listed one ended cleanly; with no SIGTERM sent
+    (torchrun tears a group down only after a failure it saw) no peer was still running when this rank failed.
+    One agent and one host only: a report of one host says nothing of another host's ranks. Names the rank that
+    failed (its collective sequence has a call its peers never made, or they skipped one it made)."""
+    b = ctx.builder
+    reporting = {r for r in (b.rank_of(e) for e in ctx.events) if r is not None}
+    if len(reporting) != 1 or len(b.exits) != 1 or b.sigterm_pids or len(b.hosts) > 1:
+        return None
+    (rank,) = reporting
+    if rank not in b.exits:
+        return None
+    try:
+        code = int(b.exits[rank].get("exitcode"))
+    except (TypeError, ValueError):
+        return None
+    if code <= 0:
+        return None  # killed by a signal: not the exception its lost connection raised
+    clean = _unlisted_workers(b, reporting)
+    if not clean:
+        return None
+    peers = tuple(sorted(clean))
+    return PredResult(bound={"clean_peers": _who(peers)}, ranks=(rank,))
