@@ -263,6 +263,9 @@ class Analyzer:
         self.builder.text_tail = None if self._parallel else {p: list(s.text_tail) for p, s in self._streams.items()}
         self.builder.text_ctx = None if self._parallel else {
             p: {pid: list(d) for pid, d in s.ctx_tail.items()} for p, s in self._streams.items()}
+        # the same by the rank each line names: whether a worker torchrun reported failed printed again (restarts.py)
+        self.ledger.restarts.rank_tail = None if self._parallel else {
+            p: {r: list(d) for r, d in s.rank_tail.items()} for p, s in self._streams.items() if s.rank_tail}
 
     def hits(self) -> list[Hit]:
         """All rule hits so far."""
