@@ -53,6 +53,7 @@ class _Err:
     quoted: bool = False  # a traceback the program printed as text (events.toml [caught] quoted)
     parent: "_Err | None" = None
     device: str | None = None  # the PCI device ("bb:dd") a line whose meaning needs it to be a GPU names
+    tid: int | None = None  # the NCCL thread id (events.toml absorbs_thread)
 
     @property
     def body(self) -> str:
@@ -186,6 +187,10 @@ class ErrorLedger:
             for g in text_entry.gpu_device if text_entry is not None else ():
                 if ev.fields.get(g):
                     err.device = _pci(str(ev.fields[g]))
+        if ev.tid is not None and ev.pid is not None and kind.startswith("nccl."):
+            err.tid = ev.tid
+        if entry.absorbs_thread:
+            self._absorb_thread(ev, meaning)
         if err.quoted and self.t.caught_quoted_with:
             self._quoted.append(err)
         if ev.pid is not None:
@@ -207,6 +212,24 @@ class ErrorLedger:
             if prev.kind != _TRACE or prev.parent is not None or prev.settled is not None:
                 break
             prev.settled = f"harmless: {meaning.harmless} ({meaning.entry}, line {ev.line})"
+
+    def _absorb_thread(self, ev: Event, meaning: Meaning) -> None:
+        """The NCCL WARNs and return-code traces ``ev``'s thread printed right before it (back to its previous such
+        line; no other thread's unsettled error of that process in between) are the one request that thread dropped
+        and went on from (events.toml ``absorbs_thread``). Not "harmless: ...": no rule may read them either."""
+        if ev.pid is None or ev.tid is None:
+            return
+        for prev in reversed(self.errors[-64:]):
+            if (prev.path, prev.host, prev.pid) != (ev.path, ev.host, ev.pid):
+                continue
+            if prev.tid != ev.tid:
+                if prev.settled is not None:
+                    continue  # another thread's line that is no failure
+                break
+            if prev.settled is not None or prev.meaning.harmless is not None:
+                break  # the thread's previous dropped request (its lines went with it) or a line that is none
+            prev.settled = (f"one request NCCL's service thread dropped and went on from: {meaning.harmless} "
+                            f"({meaning.entry}, line {ev.line})")
 
     def _handled(self, ev: Event) -> bool:
         """Whether a traceback was printed by the program's handler: whole, and its outermost frame is no entry.

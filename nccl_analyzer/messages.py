@@ -56,6 +56,9 @@ class _Entry:
     teardown: str | None = None
     # the NCCL return-code traces the same process printed just before this line are this failure on its way up
     absorbs_traces: bool = False
+    # the NCCL WARNs and return-code traces the same thread (host:pid:tid) printed just before this line are one
+    # failed request of a service thread that went on (events.toml nccl-rem-allocator-dropped)
+    absorbs_thread: bool = False
     # a [[line]]'s regex groups naming the PCI device the line is about: the entry's id holds only where that device
     # is a GPU the input names (NCCL's busId, an NVRM Xid line); any other device's line means "other"
     gpu_device: tuple[str, ...] = ()
@@ -240,6 +243,8 @@ def _entry(raw: dict[str, Any], table: str, where: str, seen: set[str]) -> _Entr
         raise RuleError(f"{where} ({name}): an [[event]] needs kind")
     if table == "text" and msg is None:
         raise RuleError(f"{where} ({name}): a [[line]] needs regex")
+    if raw.get("absorbs_thread") and harmless is None:
+        raise RuleError(f"{where} ({name}): absorbs_thread needs harmless (the reason the lines before it are none)")
     if raw.get("absorbs_traces") and harmless is None:
         raise RuleError(f"{where} ({name}): absorbs_traces needs harmless (the reason the traces before it are none)")
     if table == "nccl" and not files and msg is None:
@@ -250,6 +255,7 @@ def _entry(raw: dict[str, Any], table: str, where: str, seen: set[str]) -> _Entr
                   formats=tuple(raw.get("formats", ())),
                   teardown=str(raw["teardown"]) if raw.get("teardown") else None,
                   absorbs_traces=bool(raw.get("absorbs_traces", False)),
+                  absorbs_thread=bool(raw.get("absorbs_thread", False)),
                   gpu_device=(raw["gpu_device"],) if isinstance(raw.get("gpu_device"), str)
                   else tuple(raw.get("gpu_device", ())))
 

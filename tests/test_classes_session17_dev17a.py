@@ -8,6 +8,10 @@
    dead worker's last two buffered lines only, an error line after the restart.
 2. c10d's TCPStore bind error that c10d itself ignores under TORCHELASTIC_USE_AGENT_STORE (TCPStore.cpp): harmless.
    Near misses: the same line followed by the rank's own crash; a bind failure c10d does not ignore.
+3. NCCL's remote-allocator service thread (bootstrap.cc) dropping one request: its "[Rem Allocator] Allocation failed"
+   WARN and what the same thread printed just before (a recv's "Connection closed by remote peer", "Cuda failure 'out
+   of memory'", return-code traces) are no failure of the process. Near misses: another thread's OOM right before
+   it, the main thread failing after it, the same WARNs with no allocator line.
 
 Logs built here from the formats (torch/distributed/elastic/multiprocessing/api.py, c10d TCPStore.cpp), not copied.
 """
@@ -137,3 +141,39 @@ def test_bind_error_c10d_does_not_ignore_stays_an_error():
     # the same C10D_ERROR form without the agent-store clause is no line c10d says it ignores
     log = "[rank0]:[E1206 14:24:05.280350548 TCPStore.cpp:277] [c10d] The server socket on 49481 has failed to bind.\n"
     assert _root(log)[1] is not None
+
+
+# -- class 3: the remote-allocator service thread dropping one request ---------------------------------------------
+_H = "node-a:39:298 [0]"  # the service thread
+_DROPPED = (f"{_H} include/socket.h:423 NCCL WARN Net : Connection closed by remote peer 10.0.0.4<52638>\n"
+            f"{_H} NCCL INFO include/socket.h:445 -> 2\n"
+            f"{_H} NCCL INFO bootstrap.cc:229 -> 2\n"
+            f"{_H} bootstrap.cc:279 NCCL WARN [Rem Allocator] Allocation failed (segment 0, fd 130)\n"
+            f"{_H} include/alloc.h:48 NCCL WARN Cuda failure 'out of memory'\n"
+            f"{_H} NCCL INFO bootstrap.cc:231 -> 1\n"
+            f"{_H} bootstrap.cc:279 NCCL WARN [Rem Allocator] Allocation failed (segment 0, fd 130)\n")
+_TRAIN = "Train Epoch: 1 [0/246000 (0%)]\tLoss: 0.036680\nTrain Epoch: 1 [2700/246000 (18%)]\tLoss: 0.000002\n"
+
+
+def test_rem_allocator_dropped_request_is_no_failure():
+    d, rid = _root(_DROPPED + _TRAIN)
+    assert rid is None
+    assert any("service thread dropped" in (x.reason or "") for x in d.dismissed)
+
+
+def test_other_threads_oom_before_the_allocator_line_stays_cuda_oom():
+    log = ("node-a:39:39 [0] include/alloc.h:48 NCCL WARN Cuda failure 'out of memory'\n"
+           "node-a:39:39 [0] NCCL INFO transport/p2p.cc:209 -> 1\n") + _DROPPED
+    assert _root(log)[1] == "cuda_oom"
+
+
+def test_main_thread_failing_after_the_allocator_line_is_that_failure():
+    log = _DROPPED + ("node-a:39:39 [0] include/alloc.h:48 NCCL WARN Cuda failure 'out of memory'\n"
+                      "node-a:39:39 [0] NCCL INFO transport/p2p.cc:209 -> 1\n"
+                      "node-a:39:39 [0] NCCL INFO init.cc:1120 -> 1\n")
+    assert _root(log)[1] == "cuda_oom"
+
+
+def test_same_warns_without_the_allocator_line_stay_a_failure():
+    log = "".join(s + "\n" for s in _DROPPED.splitlines() if "Rem Allocator" not in s) + _TRAIN
+    assert _root(log)[1] == "cuda_oom"
