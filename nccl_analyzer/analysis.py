@@ -280,7 +280,8 @@ class Analyzer:
         self.flush(keep=False)
         self._progress()
         job = self.builder.build()
-        self.ledger.settle(self._lines)  # caught exceptions and retries that later succeeded are no failure
+        # caught exceptions and retries that later succeeded are no failure (the world size, where a line states it)
+        self.ledger.settle(self._lines, None if self.builder.world_inferred else job.world_size)
         hits = self.matcher.hits(self.builder, skip=self.ledger.skip())
         verdict = diagnose(hits, self.builder, self.tables)
         root, dismissed, error_lines = failsafe.account(self.ledger, verdict)

@@ -285,7 +285,7 @@ class ErrorLedger:
         return meaning
 
     # -- the end ------------------------------------------------------------------------------------------
-    def settle(self, last_lines: dict[str, int]) -> None:
+    def settle(self, last_lines: dict[str, int], world: int | None = None) -> None:
         """Decide which lines need no explanation: harmless per the table, retries that later succeeded, caught
         exceptions after which the rank went on (in that order; see events.toml ``[caught]``)."""
         for e in self._quoted:
@@ -337,6 +337,7 @@ class ErrorLedger:
                 elif e.meaning.retry and got > e.end:
                     e.settled = ("a retry that later succeeded: the same input shows the rank getting further "
                                  f"(line {got})")
+            self._settle_survived(path, errs, world)
             last = last_lines.get(path, 0)
             blocking = False  # a later error line that is not an application exception
             later_keys: set[str] = set()  # later application exceptions (the same one again: another rank's)
@@ -385,6 +386,27 @@ class ErrorLedger:
         for e in self.errors:  # an NCCL WARN's return-code traces share its fate (harmless, teardown, ...)
             if e.kind == _TRACE and e.parent is not None and e.parent.settled and e.settled is None:
                 e.settled = e.parent.settled
+
+    def _settle_survived(self, path: str, errs: list[_Err], world: int | None) -> None:
+        """Crash reports of no known rank that every rank of the job outlived (events.toml ``[survived]``)."""
+        tails = (self.restarts.rank_tail or {}).get(path)
+        if not self.t.survived_kinds or not tails or self.torchrun:
+            return
+        n = len(tails)
+        if n < 2 or set(tails) != set(range(n)) or (world is not None and world != n):
+            return
+        later = False  # a later error line that is no failure of its own
+        for e in reversed(errs):
+            if e.parent is not None or e.settled is not None or e.meaning.harmless is not None:
+                continue
+            if e.kind in self.t.survived_kinds and e.rank is None and not later:
+                fewest = min(sum(1 for x in tail if x > e.end) for tail in tails.values())
+                if fewest >= self.t.survived_min_lines:
+                    e.settled = (f"a crashed process that was none of the ranks: every one of the {n} ranks prints "
+                                 f"at least {fewest} more lines after it, no error follows and torchrun reports no "
+                                 "failed worker (a helper subprocess the job outlived)")
+                    continue
+            later = True
 
     @staticmethod
     def _settle_repeats(errs: list[_Err]) -> None:

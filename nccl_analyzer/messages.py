@@ -110,6 +110,9 @@ class Tables:
     worker_failed: frozenset[str] = frozenset()
     # events.toml [progress] unranked: progress kinds that settle a retried line of no known rank (ledger.py)
     progress_unranked: frozenset[str] = frozenset()
+    # events.toml [survived]: crash reports of no known rank that every rank outlived (ledger.py)
+    survived_kinds: frozenset[str] = frozenset()
+    survived_min_lines: int = 3
 
     # -- lookups ---------------------------------------------------------------------------------------------
     def nccl_warn(self, file: str | None, msg: str) -> Meaning | None:
@@ -293,6 +296,7 @@ def build_tables(files: Iterable[Path]) -> Tables:
     unranked: set[str] = set()
     caught: dict[str, Any] = {}
     restarted: dict[str, Any] = {}
+    survived: dict[str, Any] = {}
     seen: set[str] = set()
     for f in files:
         data = _read(f)
@@ -313,6 +317,7 @@ def build_tables(files: Iterable[Path]) -> Tables:
         unranked |= set((data.get("progress") or {}).get("unranked", ()))
         caught.update(data.get("caught") or {})
         restarted.update(data.get("restarted") or {})
+        survived.update(data.get("survived") or {})
     kw = tuple(dict.fromkeys(keywords))
     return Tables(nccl=tuple(nccl), events=tuple(events), text=tuple(text), formats=tuple(formats), text_keywords=kw,
                   text_regex=tuple((e, e.msg) for e in text if e.msg is not None), progress_kinds=frozenset(progress),
@@ -332,7 +337,9 @@ def build_tables(files: Iterable[Path]) -> Tables:
                              frozenset(restarted.get("restart", ())), frozenset(restarted.get("agent_kinds", ())),
                              _compile(restarted["agent_logger"], "[restarted] agent_logger")
                              if "agent_logger" in restarted else None),
-                  worker_failed=frozenset(restarted.get("worker", ())), progress_unranked=frozenset(unranked))
+                  worker_failed=frozenset(restarted.get("worker", ())), progress_unranked=frozenset(unranked),
+                  survived_kinds=frozenset(survived.get("kinds", ())),
+                  survived_min_lines=int(survived.get("min_lines_after", 3)))
 
 
 #: A format's head: its own text up to its first blank (the pattern lets blanks vary), conversion or brace. A message

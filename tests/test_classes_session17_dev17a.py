@@ -12,6 +12,9 @@
    WARN and what the same thread printed just before (a recv's "Connection closed by remote peer", "Cuda failure 'out
    of memory'", return-code traces) are no failure of the process. Near misses: another thread's OOM right before
    it, the main thread failing after it, the same WARNs with no allocator line.
+4. A crash report of no known rank (faulthandler) that every rank of the job outlived (each prints on, no error
+   follows, torchrun reports no failed worker): a helper subprocess. Near misses: torchrun reports the worker that
+   crashed, only one rank prints after it, an error follows, too few lines.
 
 Logs built here from the formats (torch/distributed/elastic/multiprocessing/api.py, c10d TCPStore.cpp), not copied.
 """
@@ -177,3 +180,44 @@ def test_main_thread_failing_after_the_allocator_line_is_that_failure():
 def test_same_warns_without_the_allocator_line_stay_a_failure():
     log = "".join(s + "\n" for s in _DROPPED.splitlines() if "Rem Allocator" not in s) + _TRAIN
     assert _root(log)[1] == "cuda_oom"
+
+
+# -- class 4: a crashed helper every rank outlived ----------------------------------------------------------------
+_SEGV = ("Fatal Python error: Segmentation fault\n\n"
+         "Current thread 0x00007f88767ffb80 (most recent call first):\n"
+         '  File "/usr/lib/python3.11/ctypes/__init__.py", line 519 in string_at\n'
+         '  File "<string>", line 1 in <module>\n')
+_HELPER = "2026-12-06 14:20:38,958 WARNING [metrics] rank 0: native metrics helper exited with -11 (SIGSEGV)\n"
+
+
+def test_crash_every_rank_outlived_is_no_failure():
+    log = _BANNER + _SEGV + _HELPER + _steps("[rank{r}] step {s} loss 1.25\n", (0, 1), 5) + "training done\n"
+    d, rid = _root(log)
+    assert rid is None
+    assert any("none of the ranks" in (x.reason or "") for x in d.dismissed)
+
+
+def test_crash_torchrun_reports_stays_a_failure():
+    log = _BANNER + _SEGV + _steps("[rank{r}] step {s} loss 1.25\n", (0, 1), 5) + _TERM + _failed(-11, 1)
+    assert _root(log)[1] is not None
+
+
+def test_crash_only_one_rank_prints_after_stays_a_failure():
+    # the other rank may be the one that crashed (a log cut before torchrun's report)
+    log = _BANNER + _SEGV + _steps("[rank{r}] step {s} loss 1.25\n", (0,), 5)
+    assert _root(log)[1] is not None
+
+
+def test_crash_then_an_error_stays_a_failure():
+    log = _BANNER + _SEGV + _steps("[rank{r}] step {s} loss 1.25\n", (0, 1), 5) + (
+        "[rank1]: Traceback (most recent call last):\n"
+        '[rank1]:   File "/job/train.py", line 73, in train\n'
+        "[rank1]:     loss.backward()\n"
+        "[rank1]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
+        "[127.0.0.1]:26309\n")
+    assert _root(log)[1] is not None
+
+
+def test_crash_too_few_lines_after_stays_a_failure():
+    log = _BANNER + _SEGV + _steps("[rank{r}] step {s} loss 1.25\n", (0, 1), 2)
+    assert _root(log)[1] is not None
