@@ -263,6 +263,9 @@ class Analyzer:
         self.builder.text_tail = None if self._parallel else {p: list(s.text_tail) for p, s in self._streams.items()}
         self.builder.text_ctx = None if self._parallel else {
             p: {pid: list(d) for pid, d in s.ctx_tail.items()} for p, s in self._streams.items()}
+        # the same by the rank each line names: whether a worker torchrun reported failed printed again (restarts.py)
+        self.ledger.restarts.rank_tail = None if self._parallel else {
+            p: {r: list(d) for r, d in s.rank_tail.items()} for p, s in self._streams.items() if s.rank_tail}
 
     def hits(self) -> list[Hit]:
         """All rule hits so far."""
@@ -277,7 +280,8 @@ class Analyzer:
         self.flush(keep=False)
         self._progress()
         job = self.builder.build()
-        self.ledger.settle(self._lines)  # caught exceptions and retries that later succeeded are no failure
+        # caught exceptions and retries that later succeeded are no failure (the world size, where a line states it)
+        self.ledger.settle(self._lines, None if self.builder.world_inferred else job.world_size)
         hits = self.matcher.hits(self.builder, skip=self.ledger.skip())
         verdict = diagnose(hits, self.builder, self.tables)
         root, dismissed, error_lines = failsafe.account(self.ledger, verdict)

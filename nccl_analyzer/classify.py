@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import heapq
+import re
 from collections import deque
 from typing import Iterator
 
@@ -23,6 +24,14 @@ _TESTS_OUTPUT = frozenset(("nccltests.result", "nccltests.summary"))
 #: Program-output line numbers remembered per stream (the hang rules look for output between a stage and the end).
 TEXT_TAIL = 64
 
+#: Ranks whose own output lines are remembered per stream (``EventStream.rank_tail``).
+RANK_TAIL_RANKS = 256
+
+#: A program-output line that names its rank without a wrapper prefix: torch's own "[rankN]" tag (its excepthook and
+#: c10d prefixes), which training scripts copy into their prints and log formats ("[rank1] step 3 ...",
+#: "2026-12-02 17:18:15,491 INFO [rank0] train: ..."). Looked for near the head of the line only.
+_RANK_TAG = re.compile(r"\[rank(\d{1,6})\]")
+
 
 class EventStream:
     """Turns the lines of ONE input stream into events, in input order (parsers keep per-stream state).
@@ -42,7 +51,7 @@ class EventStream:
     """
 
     __slots__ = ("_nccl", "_torch", "_crash", "_errtext", "_bare", "_tests", "_serving", "_cudasample", "keep_text", "counts", "_held", "_seq", "text_tail",
-                 "_ctx", "ctx_tail")
+                 "_ctx", "ctx_tail", "rank_tail")
 
     def __init__(self, keep_text: bool = False, compact: bool = False, defer: bool = False):
         self._nccl = NcclParser(compact=compact, defer=defer)
@@ -59,6 +68,9 @@ class EventStream:
         # last): in a console several processes share, a print most likely belongs to the process printing around it
         self._ctx: int | None = None
         self.ctx_tail: dict[int | None, deque[int]] = {}
+        # the same lines by the rank they name (torchrun's "[defaultN]:" local rank, a "[rankN]:" prefix, a
+        # "[rankN]" tag near the head): whether a worker torchrun reported failed printed again (restarts.py)
+        self.rank_tail: dict[int, deque[int]] = {}
         self.keep_text = keep_text
         self.counts = {"text": 0}
         self._held: list[tuple[int, int, Event]] = []
@@ -109,6 +121,7 @@ class EventStream:
                 self.counts["text"] += 1
                 if line.text and not line.text.isspace():
                     self._tail(line.lineno)
+                    self._rank_line(line)
                 if not self.keep_text:
                     return self._release() if self._held else []
                 events = [Event("text", line.path, line.lineno, line.raw, rank=line.rank, time=line.time)]
@@ -132,6 +145,23 @@ class EventStream:
             tail = self.ctx_tail[self._ctx] = deque(maxlen=TEXT_TAIL)
         if tail is not None:
             tail.append(lineno)
+
+    def _rank_line(self, line: Line) -> None:
+        rank = line.local_rank if line.local_rank is not None else line.rank
+        if rank is None:
+            head = line.text[:80]
+            if "[rank" not in head:
+                return
+            m = _RANK_TAG.search(head)
+            if m is None:
+                return
+            rank = int(m.group(1))
+        tail = self.rank_tail.get(rank)
+        if tail is None:
+            if len(self.rank_tail) >= RANK_TAIL_RANKS:
+                return
+            tail = self.rank_tail[rank] = deque(maxlen=TEXT_TAIL)
+        tail.append(line.lineno)
 
     def _pending(self) -> int | None:
         a = self._nccl.pending_line

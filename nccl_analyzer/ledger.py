@@ -53,6 +53,7 @@ class _Err:
     quoted: bool = False  # a traceback the program printed as text (events.toml [caught] quoted)
     parent: "_Err | None" = None
     device: str | None = None  # the PCI device ("bb:dd") a line whose meaning needs it to be a GPU names
+    tid: int | None = None  # the NCCL thread id (events.toml absorbs_thread)
 
     @property
     def body(self) -> str:
@@ -186,6 +187,10 @@ class ErrorLedger:
             for g in text_entry.gpu_device if text_entry is not None else ():
                 if ev.fields.get(g):
                     err.device = _pci(str(ev.fields[g]))
+        if ev.tid is not None and ev.pid is not None and kind.startswith("nccl."):
+            err.tid = ev.tid
+        if entry.absorbs_thread:
+            self._absorb_thread(ev, meaning)
         if err.quoted and self.t.caught_quoted_with:
             self._quoted.append(err)
         if ev.pid is not None:
@@ -207,6 +212,24 @@ class ErrorLedger:
             if prev.kind != _TRACE or prev.parent is not None or prev.settled is not None:
                 break
             prev.settled = f"harmless: {meaning.harmless} ({meaning.entry}, line {ev.line})"
+
+    def _absorb_thread(self, ev: Event, meaning: Meaning) -> None:
+        """The NCCL WARNs and return-code traces ``ev``'s thread printed right before it (back to its previous such
+        line; no other thread's unsettled error of that process in between) are the one request that thread dropped
+        and went on from (events.toml ``absorbs_thread``). Not "harmless: ...": no rule may read them either."""
+        if ev.pid is None or ev.tid is None:
+            return
+        for prev in reversed(self.errors[-64:]):
+            if (prev.path, prev.host, prev.pid) != (ev.path, ev.host, ev.pid):
+                continue
+            if prev.tid != ev.tid:
+                if prev.settled is not None:
+                    continue  # another thread's line that is no failure
+                break
+            if prev.settled is not None or prev.meaning.harmless is not None:
+                break  # the thread's previous dropped request (its lines went with it) or a line that is none
+            prev.settled = (f"one request NCCL's service thread dropped and went on from: {meaning.harmless} "
+                            f"({meaning.entry}, line {ev.line})")
 
     def _handled(self, ev: Event) -> bool:
         """Whether a traceback was printed by the program's handler: whole, and its outermost frame is no entry.
@@ -262,7 +285,7 @@ class ErrorLedger:
         return meaning
 
     # -- the end ------------------------------------------------------------------------------------------
-    def settle(self, last_lines: dict[str, int]) -> None:
+    def settle(self, last_lines: dict[str, int], world: int | None = None) -> None:
         """Decide which lines need no explanation: harmless per the table, retries that later succeeded, caught
         exceptions after which the rank went on (in that order; see events.toml ``[caught]``)."""
         for e in self._quoted:
@@ -314,6 +337,7 @@ class ErrorLedger:
                 elif e.meaning.retry and got > e.end:
                     e.settled = ("a retry that later succeeded: the same input shows the rank getting further "
                                  f"(line {got})")
+            self._settle_survived(path, errs, world)
             last = last_lines.get(path, 0)
             blocking = False  # a later error line that is not an application exception
             later_keys: set[str] = set()  # later application exceptions (the same one again: another rank's)
@@ -362,6 +386,27 @@ class ErrorLedger:
         for e in self.errors:  # an NCCL WARN's return-code traces share its fate (harmless, teardown, ...)
             if e.kind == _TRACE and e.parent is not None and e.parent.settled and e.settled is None:
                 e.settled = e.parent.settled
+
+    def _settle_survived(self, path: str, errs: list[_Err], world: int | None) -> None:
+        """Crash reports of no known rank that every rank of the job outlived (events.toml ``[survived]``)."""
+        tails = (self.restarts.rank_tail or {}).get(path)
+        if not self.t.survived_kinds or not tails or self.torchrun:
+            return
+        n = len(tails)
+        if n < 2 or set(tails) != set(range(n)) or (world is not None and world != n):
+            return
+        later = False  # a later error line that is no failure of its own
+        for e in reversed(errs):
+            if e.parent is not None or e.settled is not None or e.meaning.harmless is not None:
+                continue
+            if e.kind in self.t.survived_kinds and e.rank is None and not later:
+                fewest = min(sum(1 for x in tail if x > e.end) for tail in tails.values())
+                if fewest >= self.t.survived_min_lines:
+                    e.settled = (f"a crashed process that was none of the ranks: every one of the {n} ranks prints "
+                                 f"at least {fewest} more lines after it, no error follows and torchrun reports no "
+                                 "failed worker (a helper subprocess the job outlived)")
+                    continue
+            later = True
 
     @staticmethod
     def _settle_repeats(errs: list[_Err]) -> None:

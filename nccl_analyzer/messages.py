@@ -56,6 +56,9 @@ class _Entry:
     teardown: str | None = None
     # the NCCL return-code traces the same process printed just before this line are this failure on its way up
     absorbs_traces: bool = False
+    # the NCCL WARNs and return-code traces the same thread (host:pid:tid) printed just before this line are one
+    # failed request of a service thread that went on (events.toml nccl-rem-allocator-dropped)
+    absorbs_thread: bool = False
     # a [[line]]'s regex groups naming the PCI device the line is about: the entry's id holds only where that device
     # is a GPU the input names (NCCL's busId, an NVRM Xid line); any other device's line means "other"
     gpu_device: tuple[str, ...] = ()
@@ -107,6 +110,9 @@ class Tables:
     worker_failed: frozenset[str] = frozenset()
     # events.toml [progress] unranked: progress kinds that settle a retried line of no known rank (ledger.py)
     progress_unranked: frozenset[str] = frozenset()
+    # events.toml [survived]: crash reports of no known rank that every rank outlived (ledger.py)
+    survived_kinds: frozenset[str] = frozenset()
+    survived_min_lines: int = 3
 
     # -- lookups ---------------------------------------------------------------------------------------------
     def nccl_warn(self, file: str | None, msg: str) -> Meaning | None:
@@ -240,6 +246,8 @@ def _entry(raw: dict[str, Any], table: str, where: str, seen: set[str]) -> _Entr
         raise RuleError(f"{where} ({name}): an [[event]] needs kind")
     if table == "text" and msg is None:
         raise RuleError(f"{where} ({name}): a [[line]] needs regex")
+    if raw.get("absorbs_thread") and harmless is None:
+        raise RuleError(f"{where} ({name}): absorbs_thread needs harmless (the reason the lines before it are none)")
     if raw.get("absorbs_traces") and harmless is None:
         raise RuleError(f"{where} ({name}): absorbs_traces needs harmless (the reason the traces before it are none)")
     if table == "nccl" and not files and msg is None:
@@ -250,6 +258,7 @@ def _entry(raw: dict[str, Any], table: str, where: str, seen: set[str]) -> _Entr
                   formats=tuple(raw.get("formats", ())),
                   teardown=str(raw["teardown"]) if raw.get("teardown") else None,
                   absorbs_traces=bool(raw.get("absorbs_traces", False)),
+                  absorbs_thread=bool(raw.get("absorbs_thread", False)),
                   gpu_device=(raw["gpu_device"],) if isinstance(raw.get("gpu_device"), str)
                   else tuple(raw.get("gpu_device", ())))
 
@@ -287,6 +296,7 @@ def build_tables(files: Iterable[Path]) -> Tables:
     unranked: set[str] = set()
     caught: dict[str, Any] = {}
     restarted: dict[str, Any] = {}
+    survived: dict[str, Any] = {}
     seen: set[str] = set()
     for f in files:
         data = _read(f)
@@ -307,6 +317,7 @@ def build_tables(files: Iterable[Path]) -> Tables:
         unranked |= set((data.get("progress") or {}).get("unranked", ()))
         caught.update(data.get("caught") or {})
         restarted.update(data.get("restarted") or {})
+        survived.update(data.get("survived") or {})
     kw = tuple(dict.fromkeys(keywords))
     return Tables(nccl=tuple(nccl), events=tuple(events), text=tuple(text), formats=tuple(formats), text_keywords=kw,
                   text_regex=tuple((e, e.msg) for e in text if e.msg is not None), progress_kinds=frozenset(progress),
@@ -326,7 +337,9 @@ def build_tables(files: Iterable[Path]) -> Tables:
                              frozenset(restarted.get("restart", ())), frozenset(restarted.get("agent_kinds", ())),
                              _compile(restarted["agent_logger"], "[restarted] agent_logger")
                              if "agent_logger" in restarted else None),
-                  worker_failed=frozenset(restarted.get("worker", ())), progress_unranked=frozenset(unranked))
+                  worker_failed=frozenset(restarted.get("worker", ())), progress_unranked=frozenset(unranked),
+                  survived_kinds=frozenset(survived.get("kinds", ())),
+                  survived_min_lines=int(survived.get("min_lines_after", 3)))
 
 
 #: A format's head: its own text up to its first blank (the pattern lets blanks vary), conversion or brace. A message

@@ -9,7 +9,12 @@ worker again; with none left it stops the workers and the launcher raises ``Chil
 
 So an input that shows a failed attempt and, after the last one, either the agent's success line, or (torchrun at
 its default WARNING level prints neither the restart nor the success line) more output with no error line and no
-``ChildFailedError`` report, is a job torchelastic recovered: what the first attempt(s) printed is dismissed. Which
+``ChildFailedError`` report, is a job torchelastic recovered: what the first attempt(s) printed is dismissed. That
+more output shows a restart only where the input shows the agent restarting (its INFO line), or where the worker the
+agent reported failed prints again: the agent logs ``failed (exitcode ...)`` after ``PContext.close()`` stopped
+every worker of the attempt (torch/distributed/elastic/multiprocessing/api.py ``_poll``), so lines of that local
+rank after it come from a worker started again (at least ``min_lines`` of them: a console's stdout buffer may flush a
+few of the dead worker's own last lines late). Which
 event kinds play which part is data: ``messages/events.toml`` ``[restarted]``. One input (path) at a time: a file
 of a job whose launcher report is elsewhere (per-rank logs) is left as it is.
 """
@@ -38,6 +43,12 @@ class Restarts:
     last_success: dict[str, int] = field(default_factory=dict)
     ended_failed: set[str] = field(default_factory=set)
     restarted: set[str] = field(default_factory=set)  # paths that show the agent restarting a worker group
+    # path -> the local rank of the worker of its last failed-worker line, and the agents (pids) that reported one
+    failed_rank: dict[str, int] = field(default_factory=dict)
+    agents: dict[str, set[int]] = field(default_factory=dict)
+    # path -> rank -> the last line numbers of program output that names that rank (classify.EventStream.rank_tail;
+    # set by the analysis before ``recovered`` is asked; None: not known, inputs parsed in worker processes)
+    rank_tail: dict[str, dict[int, list[int]]] | None = None
 
     def reads(self, kind: str) -> bool:
         return kind in self.restart or kind in self.failed or kind in self.succeeded or kind in self.final \
@@ -55,6 +66,16 @@ class Restarts:
         if kind in self.failed:
             if end > self.last_failed.get(path, 0):
                 self.last_failed[path] = end
+                rank = ev.fields.get("local_rank")
+                if isinstance(rank, int):
+                    self.failed_rank[path] = rank
+                else:
+                    self.failed_rank.pop(path, None)
+                agent = ev.fields.get("agent_pid")
+                if agent is not None:
+                    got = self.agents.setdefault(path, set())
+                    if len(got) < 2:
+                        got.add(agent)
         elif kind in self.succeeded:
             self.last_success[path] = max(end, self.last_success.get(path, 0))
         elif kind in self.final:
@@ -70,7 +91,8 @@ class Restarts:
         if ok > cut:
             return cut, (f"a failed attempt torchelastic restarted: the agent reported the next attempt's worker group "
                          f"successfully finished (line {ok})")
-        if path not in self.restarted:
+        again = 0 if path in self.restarted else self._again(path, cut)
+        if path not in self.restarted and again < self.min_lines:
             # clean output after a failed worker alone is no restart: a log cut before torchrun's report, with other
             # ranks' output after it, reads the same (tests/test_robustness.py, the noise transformation)
             return None
@@ -79,6 +101,19 @@ class Restarts:
         after = last_line - max(cut, self.last_agent.get(path, 0))
         if after < self.min_lines or any(n > cut and not harmless for n, harmless in error_lines):
             return None
+        if again:
+            return cut, (f"a failed attempt torchelastic restarted: the worker it reported failed at line {cut} (local "
+                         f"rank {self.failed_rank[path]}) prints {again} more lines after it (a worker the agent "
+                         "stopped prints again only when started again), with no error line and no ChildFailedError "
+                         "report (torchrun prints one when no restart is left)")
         return cut, (f"a failed attempt torchelastic restarted: {after} more lines of output follow line "
                      f"{cut} with no error line and no ChildFailedError report (torchrun prints one when no restart "
                      "is left)")
+
+    def _again(self, path: str, cut: int) -> int:
+        """How many lines of output the worker of the last failed-worker line of ``path`` printed after it (0 where
+        that is unknown, or where the input shows several agents: their local ranks are no one rank)."""
+        rank = self.failed_rank.get(path)
+        if rank is None or self.rank_tail is None or len(self.agents.get(path, ())) > 1:
+            return 0
+        return sum(1 for n in self.rank_tail.get(path, {}).get(rank, ()) if n > cut)
