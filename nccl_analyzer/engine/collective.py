@@ -42,6 +42,15 @@ def _norm_op(op: Any) -> str:
     return re.sub(r"[^a-z]", "", str(op).lower()).replace("tensor", "").replace("base", "")
 
 
+#: Collectives with a root (``_norm_op`` names, their ``_object`` / ``_object_list`` forms included): each non-root rank
+#: exchanges data with the root (or its tree parent) only, so it may finish while other ranks still wait.
+_ROOTED_OPS = ("broadcast", "scatter", "gather", "reduce")
+
+
+def _rooted(op: str) -> bool:
+    return op.startswith(_ROOTED_OPS) and not op.startswith("reducescatter")
+
+
 @predicate
 def ranks_in_different_collectives(ctx: PredContext) -> PredResult | None:
     """Ranks stopped in different collectives (traceback frames, or watchdog OpType at the same SeqNum)."""
@@ -61,6 +70,12 @@ def ranks_in_different_collectives(ctx: PredContext) -> PredResult | None:
     if len(known_seqs) > 1:
         return None  # different ops at different SeqNums: ranks are at different points (lagging), not a mismatch
     groups, blamed = _odd_ones(norm)
+    if blamed is not None and _rooted(norm[groups[0][0]]):
+        # The majority waits in a rooted collective: a receiver of a broadcast / scatter (a sender of a reduce /
+        # gather) is done once its own transfer with the root is, and goes on to the next call while the ranks whose
+        # transfer did not happen still wait. A rank found past it is not shown to be the one whose call differs
+        # (a root argument that differs on a rank the majority includes strands them the same way): no odd one out.
+        blamed = None
     bound: dict[str, Any] = {"ops": ", ".join(f"{_who(tuple(rs))}: {ops[rs[0]]}" for rs in groups)}
     if blamed is not None:
         bound["odd_who"] = _who(blamed)
