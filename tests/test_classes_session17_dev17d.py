@@ -85,15 +85,22 @@ def _tb(rank: int, call: str, func: str, msg: str) -> str:
 
 
 _RECV = "Timed out waiting 8000ms for recv operation to complete"
+_SEND = "Timed out waiting 8000ms for send operation to complete"
 
 
 def test_rank_past_a_broadcast_is_not_the_odd_one_out():
-    # ranks 0 and 2 wait in broadcast, rank 1 got its data and waits in the barrier after it: the log does not show
-    # which rank's call differs (here the root argument of rank 2): every rank stays named, not rank 1
-    log = (_tb(0, "broadcast(best, src=src)", "broadcast", _RECV) + _tb(2, "broadcast(best, src=src)", "broadcast", _RECV)
+    # ranks 0 and 2 wait in broadcast, rank 0 still SENDING in it (the root is there), rank 1 got its data and waits
+    # in the barrier after it: the log does not show which rank's call differs (here the root argument of rank 2):
+    # every rank stays named, not rank 1
+    log = (_tb(0, "broadcast(best, src=src)", "broadcast", _SEND) + _tb(2, "broadcast(best, src=src)", "broadcast", _RECV)
            + _tb(1, "barrier()", "barrier", _RECV))
     assert _root(log) == ("collective_mismatch", "torch-ranks-different-collectives", [0, 1, 2])
+    # near miss: the majority only waits to receive in the broadcast (its root is not among them): the rank
+    # elsewhere is the root that called something else, and stays the odd one out
+    log2 = "".join(_tb(r, "broadcast(t, 0)", "broadcast", _RECV) for r in (1, 2, 3)) \
+        + _tb(0, "all_reduce(t)", "all_reduce", _RECV)
+    assert _root(log2) == ("collective_mismatch", "torch-ranks-different-collectives", [0])
     # near miss: the majority in an all_reduce (every rank's data is needed): the rank elsewhere is the odd one
-    log2 = (_tb(0, "all_reduce(t)", "all_reduce", _RECV) + _tb(2, "all_reduce(t)", "all_reduce", _RECV)
+    log3 = (_tb(0, "all_reduce(t)", "all_reduce", _RECV) + _tb(2, "all_reduce(t)", "all_reduce", _RECV)
             + _tb(1, "barrier()", "barrier", _RECV))
-    assert _root(log2) == ("collective_mismatch", "torch-ranks-different-collectives", [1])
+    assert _root(log3) == ("collective_mismatch", "torch-ranks-different-collectives", [1])
