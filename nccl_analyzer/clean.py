@@ -95,6 +95,8 @@ _VLLM_HEAD = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\
 _NCCL_DEV_HEAD = re.compile(r"(?:[\w./-]+:\d+(?: \(\w*\))? )?NCCL (?:INFO|WARN|TRACE|CALL|ABORT) ")
 _VLLM_LEVELS = frozenset(("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"))
 _PREFIX_START = frozenset("0123456789[ (")
+# a gutter bar (and its indentation) right before torch's "[rankN]:" prefix: see _clean_full
+_BAR_RANK = re.compile(r"[ \t]*\| (?=\[rank\d+\]:)")
 _SRUN_START = frozenset("0123456789 ")
 
 
@@ -176,6 +178,12 @@ def _clean_full(s: str, src: Source, lineno: int, truncated: bool = False) -> Li
     if s[:1] == ">" and (s[1:2] == " " or len(s) == 1):
         # A Markdown quote ("> " before each line) kept inside a pasted code block: outside any other wrapper.
         s = s[2:]
+    elif s[:1] in " |" and "| [rank" in s[:48]:
+        m = _BAR_RANK.match(s)
+        if m:
+            # A report's gutter bar ("        | [rank0]: ...": milabench's summary sets each captured stderr line
+            # of a failed bench under a "| " bar) outside torch's "[rankN]:" prefix, like a Markdown quote.
+            s = s[m.end():]
     if (s[:2] == "**" or s[:1] == "`") and s[-1:] in "*`":
         s = _unemphasise(s)
     elif s[:2] == "**":

@@ -42,6 +42,23 @@ def _norm_op(op: Any) -> str:
     return re.sub(r"[^a-z]", "", str(op).lower()).replace("tensor", "").replace("base", "")
 
 
+#: Collectives whose root sends (``_norm_op`` names, the ``_object_list`` forms included): each receiver exchanges data
+#: with the root (or its tree parent) only, so it may finish while other ranks still wait.
+_ROOT_SENDS = ("broadcast", "scatter")
+#: gloo's wait of a rank that still had data to send (``unbound_buffer.cc``: waitSend)
+_SENDING = re.compile(r"Timed out waiting \d+ms for send operation")
+
+
+def _root_still_sending(ctx: PredContext, op: str, ranks: list[int]) -> bool:
+    """The majority waits in a broadcast / scatter and one of them timed out SENDING in it: the root is among them and
+    its data went out to some ranks, so a rank found past the call may be a receiver that got its part and went on."""
+    if not op.startswith(_ROOT_SENDS):
+        return False
+    b = ctx.builder
+    return any(b.rank_of(ev) in ranks and _SENDING.search(str(ev.fields.get("message") or ev.text or ""))
+               for ev in ctx.events)
+
+
 @predicate
 def ranks_in_different_collectives(ctx: PredContext) -> PredResult | None:
     """Ranks stopped in different collectives (traceback frames, or watchdog OpType at the same SeqNum)."""
@@ -61,6 +78,13 @@ def ranks_in_different_collectives(ctx: PredContext) -> PredResult | None:
     if len(known_seqs) > 1:
         return None  # different ops at different SeqNums: ranks are at different points (lagging), not a mismatch
     groups, blamed = _odd_ones(norm)
+    if blamed is not None and _root_still_sending(ctx, norm[groups[0][0]], groups[0]):
+        # A receiver of a broadcast / scatter is done once its own part came from the root, and goes on to the next
+        # call while the ranks whose transfer did not happen still wait. With the root itself in the majority (stuck
+        # sending), a rank found past the call is not shown to be the one whose call differs (a root argument that
+        # differs on a rank of the majority strands them the same way): no odd one out. A majority that only waits
+        # to receive (no root among them) keeps it: the rank elsewhere is the root that called something else.
+        blamed = None
     bound: dict[str, Any] = {"ops": ", ".join(f"{_who(tuple(rs))}: {ops[rs[0]]}" for rs in groups)}
     if blamed is not None:
         bound["odd_who"] = _who(blamed)
