@@ -11,7 +11,7 @@ import bisect
 import fnmatch
 import re
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from .engine.virtual import field_value
 from .intern import interned
@@ -206,12 +206,16 @@ class ErrorLedger:
         between) are the failure ``ev`` reports NCCL went on from (events.toml ``absorbs_traces``): harmless."""
         if ev.pid is None:
             return
-        for prev in reversed(self.errors[-64:]):
-            if (prev.path, prev.host, prev.pid) != (ev.path, ev.host, ev.pid):
-                continue
+        for prev in self._same_process_before(ev):
             if prev.kind != _TRACE or prev.parent is not None or prev.settled is not None:
                 break
             prev.settled = f"harmless: {meaning.harmless} ({meaning.entry}, line {ev.line})"
+
+    def _same_process_before(self, ev: Event) -> Iterator[_Err]:
+        """The error lines of ``ev``'s process (path, host, pid) among the last 64 kept, newest first."""
+        for prev in reversed(self.errors[-64:]):
+            if (prev.path, prev.host, prev.pid) == (ev.path, ev.host, ev.pid):
+                yield prev
 
     def _absorb_thread(self, ev: Event, meaning: Meaning) -> None:
         """The NCCL WARNs and return-code traces ``ev``'s thread printed right before it (back to its previous such
@@ -219,9 +223,7 @@ class ErrorLedger:
         and went on from (events.toml ``absorbs_thread``). Not "harmless: ...": no rule may read them either."""
         if ev.pid is None or ev.tid is None:
             return
-        for prev in reversed(self.errors[-64:]):
-            if (prev.path, prev.host, prev.pid) != (ev.path, ev.host, ev.pid):
-                continue
+        for prev in self._same_process_before(ev):
             if prev.tid != ev.tid:
                 if prev.settled is not None:
                     continue  # another thread's line that is no failure
